@@ -1,0 +1,225 @@
+//! The command line, as clap derive types. Doc comments are the help text: the first line is
+//! `-h`, the rest appears in `--help` and the man pages. Values are parsed to typed form here
+//! (durations, tokens); everything that needs Redis happens in `cmd`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use clap_complete::Shell;
+
+use crate::duration;
+use crate::lock::Token;
+
+const AFTER_LONG_HELP: &str = "\
+ENVIRONMENT:
+  REDLOCK_URL       Redis URL, when --redis is not given
+  REDIS_URL         Redis URL, when neither --redis nor REDLOCK_URL is set
+  REDLOCK_PASSWORD  Redis password (overrides one in the URL; --password-file overrides it)
+  REDLOCK_PREFIX    key prefix, when --prefix is not given
+  REDLOCK_TOKEN     token for release and extend, when --token is not given
+
+EXIT STATUS:
+  0    success (acquire: acquired; inspect: held)
+  1    release/extend: not held by that token; inspect: free
+  64   usage error: bad flag, key, duration or token, or the key collides with non-redlock data
+  69   Redis unavailable: refused, timed out, not a master
+  70   internal error
+  75   lock busy (-E/--conflict-exit-code overrides)
+  77   authentication or permission denied
+
+EXAMPLES:
+  token=$(redlock acquire --key deploy --ttl 10m) || exit
+  ... critical section ...
+  redlock release --key deploy --token \"$token\"
+
+  redlock inspect --key deploy
+  redlock release --key deploy --force";
+
+/// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
+///
+/// A lock is a key in Redis with a lease (TTL): whoever takes it gets a secret token, and only
+/// that token can extend or release it. Every lock change is one atomic Lua script. Each
+/// acquisition also hands out a fencing token, a number that only ever grows, which a resource
+/// can check to refuse a holder whose lease ran out.
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlock",
+    version,
+    after_long_help = AFTER_LONG_HELP,
+    disable_help_subcommand = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand accepts.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Redis server URL [default: $REDIS_URL, else redis://127.0.0.1:6379]
+    ///
+    /// redis://[user[:password]@]host[:port][/db] or unix:///path/to/socket. A password in the URL
+    /// works but is visible in the process list; prefer REDLOCK_PASSWORD or --password-file.
+    /// Passwords are never printed.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "REDLOCK_URL",
+        hide_env_values = true
+    )]
+    pub redis: Option<String>,
+
+    /// Read the Redis password from this file (its first line)
+    ///
+    /// Overrides REDLOCK_PASSWORD and a password in the URL. The file should be readable by its
+    /// owner only; redlock warns otherwise.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+
+    /// Prefix of every key redlock writes
+    #[arg(
+        long,
+        global = true,
+        value_name = "PREFIX",
+        env = "REDLOCK_PREFIX",
+        default_value = crate::keys::DEFAULT_PREFIX
+    )]
+    pub prefix: String,
+
+    /// Give up connecting to Redis after this long
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    pub connect_timeout: Duration,
+
+    /// Give up on any single Redis command after this long
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse)]
+    pub command_timeout: Duration,
+
+    /// Print no notices for expected outcomes (busy, not held, free); errors still print
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Log each step to stderr
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Acquire(AcquireArgs),
+    Release(ReleaseArgs),
+    Extend(ExtendArgs),
+    Inspect(InspectArgs),
+    List(ListArgs),
+    Completions(CompletionsArgs),
+}
+
+/// Take a lock and print its token; exit 75 at once if someone else holds it
+///
+/// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms).
+/// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Lease: the lock expires this long after acquisition unless extended (e.g. 30s, 10m, 90)
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub ttl: Duration,
+
+    /// Print a JSON object instead of the bare token
+    #[arg(long)]
+    pub json: bool,
+
+    /// Exit with CODE instead of 75 when the lock is busy (0 makes a busy lock a quiet skip with -q)
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
+    pub conflict_exit_code: u8,
+}
+
+/// Release a lock held by a token, or --force it free
+///
+/// With --token: releases only if that token still holds the lock; exit 1 and nothing changed
+/// otherwise (expired, already released, or taken by someone else). With --force: removes
+/// whatever holds the lock and prints who was evicted, for the audit trail.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Token printed by `acquire`
+    #[arg(
+        short,
+        long,
+        value_name = "TOKEN",
+        env = "REDLOCK_TOKEN",
+        hide_env_values = true,
+        value_parser = Token::parse,
+        required_unless_present = "force"
+    )]
+    pub token: Option<Token>,
+
+    /// Remove the lock whoever holds it, and print who that was
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Renew the lease of a lock you hold; exit 1 if the token no longer holds it
+///
+/// Sets the remaining lease to --ttl. Never re-creates a lock that has expired or been taken:
+/// a holder that lost its lock must find out, not silently get it back.
+#[derive(Debug, Args)]
+pub struct ExtendArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Token printed by `acquire`
+    #[arg(short, long, value_name = "TOKEN", env = "REDLOCK_TOKEN", hide_env_values = true, value_parser = Token::parse)]
+    pub token: Token,
+
+    /// New lease, counted from now
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub ttl: Duration,
+}
+
+/// Show who holds a lock, since when, and for how much longer; exit 1 if it is free
+///
+/// Lists each holder's host, pid, user, command, acquisition time (server clock), time left
+/// and fencing token, and the last fencing token issued for the name.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Print JSON (documented in the README) instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// List the held locks under the prefix, with their holders
+///
+/// Walks the keyspace with SCAN (never KEYS), so it is safe on a busy server.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print a JSON array of the objects `inspect --json` prints
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Print a shell completion script to stdout
+///
+/// e.g. `redlock completions bash > /etc/bash_completion.d/redlock`
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to generate for
+    #[arg(value_enum)]
+    pub shell: Shell,
+}

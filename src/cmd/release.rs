@@ -1,0 +1,44 @@
+//! `redlock release`: token-checked release, or an audited forced one.
+
+use super::{Context, describe, print_line};
+use crate::cli::ReleaseArgs;
+use crate::exit::{Done, Failure, fail};
+use crate::lock::Lock;
+
+pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
+    let name = Context::lock_name(&args.key)?;
+    let mut session = context.connect()?;
+    let lock = Lock::new(&context.prefix, name);
+    let key = lock.name.as_str();
+    if args.force {
+        let (now, evicted) = lock.force_release(&mut session)?;
+        if evicted.is_empty() {
+            return Err(fail(
+                Failure::NotHeld,
+                format!("lock '{key}' was free; nothing to release"),
+            ));
+        }
+        for holder in &evicted {
+            print_line(format_args!(
+                "released '{key}' by force, evicting {}",
+                describe(holder, now)
+            ))?;
+        }
+        return Ok(Done::Success);
+    }
+    let token = args
+        .token
+        .as_ref()
+        .ok_or_else(|| fail(Failure::Usage, "--token or --force is required"))?;
+    if lock.release(&mut session, token)? {
+        context.log(format_args!("released '{key}'"));
+        Ok(Done::Success)
+    } else {
+        Err(fail(
+            Failure::NotHeld,
+            format!(
+                "lock '{key}' is not held by this token (expired, released, or taken by another holder); nothing changed"
+            ),
+        ))
+    }
+}

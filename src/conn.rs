@@ -1,0 +1,233 @@
+//! Reaching Redis: the server URL and password, bounded connect and command timeouts, and the
+//! translation of Redis errors into outcomes with exit codes.
+//!
+//! Secrets never leave this module in clear: [`Target::redacted`] is the only form of the URL
+//! used in messages, and no Redis error text carries the password.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::{ConnectionLike, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
+
+use crate::duration;
+use crate::exit::{Failure, fail};
+
+/// Where and how to connect.
+pub struct Target {
+    url: String,
+    password: Option<String>,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+}
+
+impl Target {
+    /// `password`, when given, overrides one in the URL.
+    pub fn new(
+        url: String,
+        password: Option<String>,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
+        Self {
+            url,
+            password,
+            connect_timeout,
+            command_timeout,
+        }
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Opens a connection whose every command fails after the command timeout.
+    pub fn connect(&self) -> anyhow::Result<Session> {
+        let server = self.redacted();
+        let mut info = self.url.as_str().into_connection_info().map_err(|err| {
+            let why = if err.kind() == ErrorKind::InvalidClientConfig
+                && self.url.starts_with("rediss")
+            {
+                "TLS (rediss://) is not supported by this build".to_owned()
+            } else {
+                format!(
+                    "not a Redis URL ({}); expected redis://[user[:password]@]host[:port][/db] or unix:///path",
+                    err.detail().unwrap_or("did not parse")
+                )
+            };
+            fail(Failure::Usage, format!("--redis {server}: {why}"))
+        })?;
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        let client = redis::Client::open(info).map_err(|err| classify(&err, &server, self))?;
+        let con = client
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(|err| classify(&err, &server, self))
+            .with_context(|| format!("connecting to {server}"))?;
+        con.set_read_timeout(Some(self.command_timeout))
+            .and_then(|()| con.set_write_timeout(Some(self.command_timeout)))
+            .map_err(|err| classify(&err, &server, self))?;
+        Ok(Session {
+            con,
+            server,
+            command_timeout: self.command_timeout,
+            connect_timeout: self.connect_timeout,
+        })
+    }
+}
+
+/// An open connection and what is needed to explain its failures.
+pub struct Session {
+    con: redis::Connection,
+    server: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Session {
+    /// Runs one request; a failure becomes an error with the right outcome and the server named.
+    pub(crate) fn run<T>(
+        &mut self,
+        request: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> anyhow::Result<T> {
+        request(&mut self.con).map_err(|err| {
+            classify_with(
+                &err,
+                &self.server,
+                self.connect_timeout,
+                self.command_timeout,
+            )
+        })
+    }
+
+    /// The server's URL with the password hidden.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+}
+
+fn classify(err: &RedisError, server: &str, target: &Target) -> anyhow::Error {
+    classify_with(err, server, target.connect_timeout, target.command_timeout)
+}
+
+/// Maps a Redis error to an outcome: unreachable → 69, auth/ACL → 77, foreign data → 64.
+fn classify_with(
+    err: &RedisError,
+    server: &str,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+) -> anyhow::Error {
+    let detail = err.detail().unwrap_or_default();
+    let code = err.code().unwrap_or_default();
+    match err.kind() {
+        ErrorKind::AuthenticationFailed => fail(
+            Failure::Auth,
+            format!("{server}: authentication failed (wrong password or user)"),
+        ),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => fail(
+            Failure::Auth,
+            format!("{server}: permission denied: {detail}"),
+        ),
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => fail(
+            Failure::Unavailable,
+            format!("{server} is a read-only replica; point --redis at the master"),
+        ),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::TryAgain,
+        ) => fail(
+            Failure::Unavailable,
+            format!("{server} cannot serve requests now: {code} {detail}"),
+        ),
+        _ if matches!(code, "WRONGPASS" | "NOAUTH") => {
+            let hint = if code == "NOAUTH" {
+                " (the server needs a password: set REDLOCK_PASSWORD or use --password-file)"
+            } else {
+                ""
+            };
+            fail(
+                Failure::Auth,
+                format!("{server}: authentication failed: {code} {detail}{hint}"),
+            )
+        }
+        _ if code == "WRONGTYPE" => fail(
+            Failure::Usage,
+            format!("{detail}; choose another --key or --prefix (nothing was changed)"),
+        ),
+        _ if err.is_timeout() => fail(
+            Failure::Unavailable,
+            format!(
+                "{server}: no answer within {} (--connect-timeout) / {} (--command-timeout)",
+                duration::display(connect_timeout),
+                duration::display(command_timeout)
+            ),
+        ),
+        _ if err.is_connection_refusal() => fail(
+            Failure::Unavailable,
+            format!("{server}: connection refused"),
+        ),
+        _ if err.is_io_error() || err.is_connection_dropped() => {
+            fail(Failure::Unavailable, format!("{server}: {err}"))
+        }
+        _ => anyhow::anyhow!("{server}: unexpected error: {err}"),
+    }
+}
+
+/// Hides the password of a Redis URL: the userinfo's password part and `pass`/`password` query
+/// values become `***`. A userinfo without `:` is hidden whole, since some clients read it as
+/// the password.
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if matches!(name, "pass" | "password") => {
+                        format!("{name}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:s3cret@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://s3cret@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url(":s3cret@h"), ":***@h");
+    }
+}

@@ -1,0 +1,119 @@
+//! Duration flags: a bare number means seconds, otherwise humantime's forms (`500ms`, `10m`,
+//! `1h30m`), bounded to what a lock lease can sensibly be.
+//!
+//! humantime alone is a trap here: it reads `10M` as ten *months*, accepts `0s` (Redis rejects
+//! `PX 0`) and rejects a bare `90`. This wrapper refuses month and year units outright, because a
+//! lease measured in months is always a typo for minutes.
+
+use std::time::Duration;
+
+/// The longest duration any flag accepts.
+pub const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Parses a duration flag value; the error is one line suitable after `invalid value`.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration; use e.g. 30s, 10m or 1h".into());
+    }
+    if text.starts_with('-') {
+        return Err("must be positive; use e.g. 30s, 10m or 1h".into());
+    }
+    let duration = if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let seconds: f64 = text
+            .parse()
+            .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+        if seconds > MAX.as_secs_f64() {
+            return Err(too_long());
+        }
+        Duration::from_secs_f64(seconds)
+    } else {
+        refuse_ambiguous_units(text)?;
+        humantime::parse_duration(text).map_err(|err| {
+            format!("{err}; use a number of seconds or a form like 500ms, 30s, 10m, 1h30m")
+        })?
+    };
+    if duration.is_zero() || duration < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    if duration > MAX {
+        return Err(too_long());
+    }
+    Ok(duration)
+}
+
+fn too_long() -> String {
+    format!(
+        "longer than the limit of {}",
+        humantime::format_duration(MAX)
+    )
+}
+
+/// Rejects months and years: `M` is months to humantime but minutes to most people.
+fn refuse_ambiguous_units(text: &str) -> Result<(), String> {
+    let units = text
+        .split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+        .filter(|unit| !unit.is_empty());
+    for unit in units {
+        match unit {
+            "M" | "month" | "months" => {
+                return Err(format!(
+                    "'{unit}' means months; write 'm' or 'min' for minutes"
+                ));
+            }
+            "y" | "Y" | "year" | "years" => {
+                return Err(format!("'{unit}' (years) is not a sensible lease"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Short human form: `850ms`, `4.2s`, `3m 12s`, `2h 5m`.
+pub fn display(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", duration.as_secs_f64())
+    } else {
+        let secs = duration.as_secs();
+        let rounded = if secs >= 3600 { secs / 60 * 60 } else { secs };
+        humantime::format_duration(Duration::from_secs(rounded)).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_seconds_and_humantime_forms() {
+        assert_eq!(parse("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse("10min"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse("30d"), Ok(MAX));
+    }
+
+    #[test]
+    fn rejects_zero_negative_ambiguous_and_absurd() {
+        for bad in [
+            "", "0", "0s", "0.0001", "-5", "-5s", "abc", "10M", "2months", "1y", "31d", "1e9",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert!(parse("10M").unwrap_err().contains("months"));
+    }
+
+    #[test]
+    fn displays_short_forms() {
+        assert_eq!(display(Duration::from_millis(850)), "850ms");
+        assert_eq!(display(Duration::from_millis(4200)), "4.2s");
+        assert_eq!(display(Duration::from_secs(192)), "3m 12s");
+        assert_eq!(display(Duration::from_secs(7530)), "2h 5m");
+    }
+}

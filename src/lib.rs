@@ -1,0 +1,73 @@
+//! redlock: mutual exclusion for shell scripts, cron jobs and CI pipelines, backed by Redis.
+//!
+//! The library holds the lock engine ([`lock`], with its Lua scripts and key layout) and the
+//! command-line front end ([`cli`], `cmd`). The engine knows nothing of clap; the front end
+//! knows nothing of Lua. [`run`] is the whole program: parse, dispatch, map to an exit code.
+
+pub mod cli;
+mod cmd;
+pub mod conn;
+pub mod duration;
+pub mod exit;
+pub mod keys;
+pub mod lock;
+mod scripts;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use clap::error::ErrorKind;
+
+pub use cli::Cli;
+
+/// Runs redlock with `args` (program name first) and returns its exit status.
+pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => return ExitCode::from(report_parse_error(&err)),
+    };
+    let quiet = cli.global.quiet;
+    let busy_code = match &cli.command {
+        cli::Command::Acquire(args) => args.conflict_exit_code,
+        _ => exit::BUSY,
+    };
+    match cmd::dispatch(cli) {
+        Ok(done) => ExitCode::from(done.code(busy_code)),
+        Err(err) => {
+            let expected = exit::failure_of(&err).is_some_and(exit::Failure::is_expected);
+            if !(quiet && expected) {
+                eprintln!("redlock: {err:#}");
+            }
+            ExitCode::from(exit::exit_code(&err, busy_code))
+        }
+    }
+}
+
+/// Prints help and version as clap does; turns a parse error into one line and exit 64.
+fn report_parse_error(err: &clap::Error) -> u8 {
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            exit::OK
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            exit::USAGE
+        }
+        _ => {
+            let rendered = err.render().to_string();
+            let mut lines = rendered.lines().map(str::trim);
+            let what = lines
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            let tip = lines
+                .find_map(|line| line.strip_prefix("tip: "))
+                .map(|tip| format!(" (tip: {tip})"))
+                .unwrap_or_default();
+            eprintln!("redlock: {what}{tip}; see 'redlock --help'");
+            exit::USAGE
+        }
+    }
+}
