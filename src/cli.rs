@@ -11,30 +11,62 @@ use clap_complete::Shell;
 use crate::duration;
 use crate::lock::Token;
 
-const AFTER_LONG_HELP: &str = "\
-ENVIRONMENT:
-  REDLOCK_URL       Redis URL, when --redis is not given
-  REDIS_URL         Redis URL, when neither --redis nor REDLOCK_URL is set
-  REDLOCK_PASSWORD  Redis password (overrides one in the URL; --password-file overrides it)
-  REDLOCK_PREFIX    key prefix, when --prefix is not given
-  REDLOCK_TOKEN     token for release and extend, when --token is not given
+/// Environment variables redlock reads, and what for.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    ("REDLOCK_URL", "Redis URL, when --redis is not given"),
+    (
+        "REDIS_URL",
+        "Redis URL, when neither --redis nor REDLOCK_URL is set",
+    ),
+    (
+        "REDLOCK_PASSWORD",
+        "Redis password; overrides one in the URL, --password-file overrides it",
+    ),
+    ("REDLOCK_PREFIX", "key prefix, when --prefix is not given"),
+    (
+        "REDLOCK_TOKEN",
+        "token for release and extend, when --token is not given",
+    ),
+];
 
-EXIT STATUS:
-  0    success (acquire: acquired; inspect: held)
-  1    release/extend: not held by that token; inspect: free
-  64   usage error: bad flag, key, duration or token, or the key collides with non-redlock data
-  69   Redis unavailable: refused, timed out, not a master
-  70   internal error
-  75   lock busy (-E/--conflict-exit-code overrides)
-  77   authentication or permission denied
+/// Worked examples: a sentence, then the commands.
+pub const EXAMPLES: &[(&str, &[&str])] = &[
+    (
+        "Hold a lock around a critical section in a shell script:",
+        &[
+            "token=$(redlock acquire --key deploy --ttl 10m) || exit",
+            "./deploy.sh",
+            "redlock release --key deploy --token \"$token\"",
+        ],
+    ),
+    (
+        "See who holds a lock, then break it, leaving an audit line:",
+        &[
+            "redlock inspect --key deploy",
+            "redlock release --key deploy --force",
+        ],
+    ),
+];
 
-EXAMPLES:
-  token=$(redlock acquire --key deploy --ttl 10m) || exit
-  ... critical section ...
-  redlock release --key deploy --token \"$token\"
-
-  redlock inspect --key deploy
-  redlock release --key deploy --force";
+/// The text after `--help`: environment, exit status and examples.
+fn after_long_help() -> String {
+    let mut text = String::from("Environment:\n");
+    for (name, meaning) in ENVIRONMENT {
+        text.push_str(&format!("  {name:<18}{meaning}\n"));
+    }
+    text.push_str("\nExit status:\n");
+    for (code, meaning) in crate::exit::TABLE {
+        text.push_str(&format!("  {code:<4}{meaning}\n"));
+    }
+    text.push_str("\nExamples:");
+    for (what, commands) in EXAMPLES {
+        text.push_str(&format!("\n  {what}\n"));
+        for command in *commands {
+            text.push_str(&format!("    {command}\n"));
+        }
+    }
+    text
+}
 
 /// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
 ///
@@ -46,7 +78,7 @@ EXAMPLES:
 #[command(
     name = "redlock",
     version,
-    after_long_help = AFTER_LONG_HELP,
+    after_long_help = after_long_help(),
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -88,6 +120,7 @@ pub struct Global {
         global = true,
         value_name = "PREFIX",
         env = "REDLOCK_PREFIX",
+        hide_env_values = true,
         default_value = crate::keys::DEFAULT_PREFIX
     )]
     pub prefix: String,
@@ -130,7 +163,7 @@ pub struct AcquireArgs {
     pub key: String,
 
     /// Lease: the lock expires this long after acquisition unless extended (e.g. 30s, 10m, 90)
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// Print a JSON object instead of the bare token
@@ -185,7 +218,7 @@ pub struct ExtendArgs {
     pub token: Token,
 
     /// New lease, counted from now
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 }
 

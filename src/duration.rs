@@ -30,7 +30,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     } else {
         refuse_ambiguous_units(text)?;
         humantime::parse_duration(text).map_err(|err| {
-            format!("{err}; use a number of seconds or a form like 500ms, 30s, 10m, 1h30m")
+            format!(
+                "'{text}' is not a duration ({err}); use a number of seconds or a form like 500ms, 30s, 10m, 1h30m"
+            )
         })?
     };
     if duration.is_zero() || duration < Duration::from_millis(1) {

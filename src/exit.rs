@@ -39,6 +39,29 @@ pub const INTERNAL: u8 = 70;
 pub const BUSY: u8 = 75;
 pub const AUTH: u8 = 77;
 
+/// Every exit code and its meaning: the source of `--help`, the man page and the README table.
+pub const TABLE: &[(u8, &str)] = &[
+    (OK, "success (acquire: acquired; inspect: held)"),
+    (
+        NOT_HELD,
+        "release, extend: not held by that token (nothing changed); inspect: free",
+    ),
+    (
+        USAGE,
+        "usage error: bad flag, key, duration, token or URL; or the key holds foreign data",
+    ),
+    (
+        UNAVAILABLE,
+        "Redis unavailable: connection refused or timed out, or the server is not a master",
+    ),
+    (INTERNAL, "internal error"),
+    (
+        BUSY,
+        "lock busy (-E/--conflict-exit-code changes this code)",
+    ),
+    (AUTH, "authentication failed or ACL permission denied"),
+];
+
 /// The exit code of each outcome: the one table (README, man page and tests follow it).
 pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
     match failure {

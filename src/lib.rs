@@ -56,14 +56,20 @@ fn report_parse_error(err: &clap::Error) -> u8 {
             exit::USAGE
         }
         _ => {
+            // clap's message is the first paragraph (a list of missing flags may follow on
+            // indented lines); keep it and any tip, drop the usage block.
             let rendered = err.render().to_string();
-            let mut lines = rendered.lines().map(str::trim);
-            let what = lines
+            let what = rendered
+                .split("\n\n")
                 .next()
                 .unwrap_or_default()
-                .trim_start_matches("error: ");
-            let tip = lines
-                .find_map(|line| line.strip_prefix("tip: "))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let what = what.trim_start_matches("error: ");
+            let tip = rendered
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("tip: "))
                 .map(|tip| format!(" (tip: {tip})"))
                 .unwrap_or_default();
             eprintln!("redlock: {what}{tip}; see 'redlock --help'");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::conn::Session;
-use crate::exit::{Failure, fail};
+use crate::exit::{Failure, fail, failure_of};
 use crate::keys::{LockKeys, LockName, Prefix};
 use crate::scripts;
 
@@ -270,8 +270,16 @@ impl Lock {
     }
 }
 
+/// The held locks under a prefix, and keys that looked like locks but hold foreign data.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub locks: Vec<LockState>,
+    /// Key and reason, for keys matching the layout whose content redlock did not write.
+    pub skipped: Vec<(String, anyhow::Error)>,
+}
+
 /// Every held lock under `prefix`, by name. Uses SCAN, never KEYS.
-pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Vec<LockState>> {
+pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Listing> {
     let pattern = prefix.holders_pattern();
     let mut names = BTreeMap::new();
     let mut cursor: u64 = 0;
@@ -288,11 +296,11 @@ pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Vec<LockSt
                 .query(con)
         })?;
         for key in keys {
-            let name = String::from_utf8(key)
-                .ok()
-                .and_then(|key| prefix.name_of_holders_key(&key));
-            if let Some(name) = name {
-                names.insert(name.as_str().to_owned(), name);
+            let Ok(key) = String::from_utf8(key) else {
+                continue;
+            };
+            if let Some(name) = prefix.name_of_holders_key(&key) {
+                names.insert(key, name);
             }
         }
         if next == 0 {
@@ -300,14 +308,21 @@ pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Vec<LockSt
         }
         cursor = next;
     }
-    let mut locks = Vec::with_capacity(names.len());
-    for name in names.into_values() {
-        let state = Lock::new(prefix, name).inspect(session)?;
-        if !state.holders.is_empty() {
-            locks.push(state);
+    let mut listing = Listing::default();
+    for (key, name) in names {
+        match Lock::new(prefix, name).inspect(session) {
+            Ok(state) if state.holders.is_empty() => {}
+            Ok(state) => listing.locks.push(state),
+            Err(err) if failure_of(&err) == Some(Failure::Usage) => {
+                listing.skipped.push((key, err));
+            }
+            Err(err) => return Err(err),
         }
     }
-    Ok(locks)
+    listing
+        .locks
+        .sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+    Ok(listing)
 }
 
 fn millis(duration: Duration) -> anyhow::Result<u64> {

@@ -8,7 +8,14 @@ use crate::lock;
 
 pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     let mut session = context.connect()?;
-    let locks = lock::list(&mut session, &context.prefix)?;
+    let listing = lock::list(&mut session, &context.prefix)?;
+    for (key, why) in &listing.skipped {
+        context.warn(format_args!(
+            "skipping {}: it holds data redlock did not write ({why:#})",
+            printable(key)
+        ));
+    }
+    let locks = listing.locks;
     if args.json {
         let views: Vec<LockView<'_>> = locks.iter().map(LockView::new).collect();
         print_line(serde_json::to_string_pretty(&views)?)?;

@@ -48,6 +48,7 @@ pub(crate) struct Context {
     target: Target,
     prefix: Prefix,
     verbose: bool,
+    quiet: bool,
 }
 
 impl Context {
@@ -77,6 +78,7 @@ impl Context {
             ),
             prefix,
             verbose: global.verbose > 0,
+            quiet: global.quiet,
         })
     }
 
@@ -88,6 +90,13 @@ impl Context {
 
     fn lock_name(key: &str) -> anyhow::Result<LockName> {
         LockName::new(key)
+    }
+
+    /// A warning on stderr, unless `-q`.
+    fn warn(&self, message: impl Display) {
+        if !self.quiet {
+            eprintln!("redlock: warning: {message}");
+        }
     }
 
     /// A `-v` message on stderr.

@@ -1,0 +1,406 @@
+//! Bad input and broken servers: a one-line `redlock: ...` error, the documented exit code,
+//! no panic, bounded time, and nothing changed in Redis.
+
+use std::ffi::OsStr;
+use std::net::TcpListener;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::time::Duration;
+
+use crate::util::{RedisServer, Redlock, TempDir, free_port};
+
+#[test]
+fn bad_keys_are_usage_errors_and_touch_nothing() {
+    let server = RedisServer::start();
+    let long = "k".repeat(513);
+    let cases: [(&str, &str); 4] = [
+        ("", "the lock name is empty"),
+        (&long, "513 bytes long; the limit is 512"),
+        ("line\nbreak", "control characters"),
+        ("esc\u{1b}[31m", "control characters"),
+    ];
+    for (key, why) in cases {
+        for args in [
+            vec!["acquire", "--key", key, "--ttl", "10s"],
+            vec!["release", "--key", key, "--force"],
+            vec!["inspect", "--key", key],
+        ] {
+            server.redlock(&args).run().code(64).one_line_error(why);
+        }
+    }
+    let out = server
+        .redlock(&["acquire", "--ttl", "10s", "--key"])
+        .arg(OsStr::from_bytes(b"bad\xffutf8"))
+        .run();
+    out.code(64).one_line_error("invalid UTF-8");
+    assert!(
+        server.keys().is_empty(),
+        "bad input wrote {:?}",
+        server.keys()
+    );
+}
+
+#[test]
+fn bad_durations_are_usage_errors() {
+    let server = RedisServer::start();
+    for (ttl, why) in [
+        ("0", "at least 1ms"),
+        ("0s", "at least 1ms"),
+        ("-5s", "must be positive"),
+        ("abc", "is not a duration"),
+        ("10M", "means months"),
+        ("1y", "years"),
+        ("400d", "longer than the limit of 30days"),
+        ("", "empty duration"),
+    ] {
+        server
+            .redlock(&["acquire", "--key", "k", "--ttl", ttl])
+            .run()
+            .code(64)
+            .one_line_error(why);
+    }
+    server
+        .redlock(&[
+            "acquire",
+            "--key",
+            "k",
+            "--ttl",
+            "1s",
+            "--connect-timeout",
+            "0",
+        ])
+        .run()
+        .code(64)
+        .one_line_error("--connect-timeout");
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn malformed_command_lines_are_usage_errors() {
+    let server = RedisServer::start();
+    for (args, why) in [
+        (
+            vec!["acquire", "--key", "k", "--ttl", "1s", "--bogus"],
+            "unexpected argument '--bogus'",
+        ),
+        (vec!["acquire", "--key", "k"], "--ttl <DURATION>"),
+        (
+            vec!["acquire", "--key", "k", "--tll", "1s"],
+            "tip: a similar argument exists",
+        ),
+        (vec!["release", "--key", "k"], "--token <TOKEN>"),
+        (
+            vec!["release", "--key", "k", "--token", "nope"],
+            "not a redlock token",
+        ),
+        (
+            vec!["extend", "--key", "k", "--token", "1234", "--ttl", "1s"],
+            "not a redlock token",
+        ),
+        (
+            vec!["acquire", "--key", "k", "--ttl", "1s", "-E", "300"],
+            "--conflict-exit-code",
+        ),
+        (vec!["frobnicate"], "unrecognized subcommand"),
+        (
+            vec!["acquire", "--key", "k", "--ttl", "1s", "--prefix", "a{b"],
+            "braces are reserved",
+        ),
+        (
+            vec!["inspect", "--key", "k", "-q", "-v"],
+            "cannot be used with",
+        ),
+    ] {
+        server.redlock(&args).run().code(64).one_line_error(why);
+    }
+    // Help and version are not errors.
+    Redlock::new(&["--help"])
+        .run()
+        .code(0)
+        .stdout_contains("Usage:");
+    Redlock::new(&["--version"])
+        .run()
+        .code(0)
+        .stdout_contains("redlock ");
+    Redlock::new(&["acquire", "-h"])
+        .run()
+        .code(0)
+        .stdout_contains("--ttl");
+    Redlock::new(&[]).run().code(64);
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn redis_urls_that_do_not_parse_are_usage_errors_without_the_password() {
+    for url in [
+        "not a url",
+        "http://:hunter2@127.0.0.1:1",
+        "redis://:hunter2@[::1",
+    ] {
+        let out = Redlock::new(&["inspect", "--key", "k", "--redis", url]).run();
+        out.code(64).one_line_error("--redis");
+        assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn foreign_data_at_a_lock_key_is_never_clobbered() {
+    let server = RedisServer::start();
+    let holders = "redlock:{k}:holders";
+    let fence = "redlock:{k}:fence";
+    let lock_commands: [&[&str]; 5] = [
+        &["acquire", "--key", "k", "--ttl", "10s"],
+        &[
+            "release",
+            "--key",
+            "k",
+            "--token",
+            "0123456789abcdef0123456789abcdef",
+        ],
+        &["release", "--key", "k", "--force"],
+        &[
+            "extend",
+            "--key",
+            "k",
+            "--token",
+            "0123456789abcdef0123456789abcdef",
+            "--ttl",
+            "1s",
+        ],
+        &["inspect", "--key", "k"],
+    ];
+
+    server.cmd::<()>(&["SET", holders, "someone else's"]);
+    for args in lock_commands {
+        server.redlock(args).run().code(64).one_line_error(
+            "is a string that redlock did not write; choose another --key or --prefix",
+        );
+    }
+    assert_eq!(server.cmd::<String>(&["GET", holders]), "someone else's");
+    assert_eq!(server.keys(), [holders]);
+    server.cmd::<()>(&["DEL", holders]);
+
+    server.cmd::<()>(&["HSET", holders, "name", "value"]);
+    for args in lock_commands {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("holds a field that redlock did not write");
+    }
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["HGETALL", holders]),
+        ["name", "value"]
+    );
+    server.cmd::<()>(&["DEL", holders]);
+
+    for foreign in [&["RPUSH", fence, "x"][..], &["SET", fence, "not a number"]] {
+        server.cmd::<()>(foreign);
+        server
+            .redlock(&["acquire", "--key", "k", "--ttl", "10s"])
+            .run()
+            .code(64)
+            .one_line_error("redlock:{k}:fence");
+        assert_eq!(server.keys(), [fence], "acquire wrote beside foreign data");
+        server.cmd::<()>(&["DEL", fence]);
+    }
+}
+
+#[test]
+fn refused_connection_exits_69_quickly() {
+    let port = free_port();
+    let out = Redlock::new(&["acquire", "--key", "k", "--ttl", "10s", "-q"])
+        .env("REDLOCK_URL", &format!("redis://127.0.0.1:{port}"))
+        .run();
+    // -q hides notices, never errors.
+    out.code(69)
+        .one_line_error(&format!("connecting to redis://127.0.0.1:{port}: "))
+        .stderr_contains("connection refused");
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+}
+
+#[test]
+fn a_server_that_never_answers_exits_69_in_bounded_time() {
+    // Accepts connections and reads nothing: a hung proxy or a wedged server.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let _silent = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(4) {
+            held.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let out = Redlock::new(&["acquire", "--key", "k", "--ttl", "10s"])
+        .env("REDLOCK_URL", &url)
+        .args_timeouts("500ms", "700ms")
+        .run();
+    out.code(69).one_line_error("no answer within");
+    assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+
+    // Same through a password handshake, which the connect timeout also bounds.
+    let out = Redlock::new(&["inspect", "--key", "k"])
+        .env("REDLOCK_URL", &url)
+        .env("REDLOCK_PASSWORD", "pw")
+        .args_timeouts("500ms", "700ms")
+        .run();
+    out.code(69).one_line_error("no answer within");
+    assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+}
+
+#[test]
+fn a_stopped_server_exits_69_in_bounded_time_and_keeps_its_data() {
+    let server = RedisServer::start();
+    let stop = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([signal, &server.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    stop("-STOP");
+    let out = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10s"])
+        .args_timeouts("500ms", "700ms")
+        .run();
+    stop("-CONT");
+    out.code(69).one_line_error("no answer within");
+    assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+}
+
+#[test]
+fn passwords_work_from_env_file_and_url_and_are_never_shown() {
+    let secret = "s3cret-Pa55";
+    let server = RedisServer::start_with(&["--requirepass", secret]);
+    let dir = TempDir::new("password");
+    let file = dir.path().join("password");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = file.to_str().unwrap();
+    let with_password = format!("redis://:{secret}@127.0.0.1:{}", server.port);
+    let with_wrong = format!("redis://:wrong-{secret}@127.0.0.1:{}", server.port);
+
+    let mut outputs = Vec::new();
+    let no_password = server.redlock(&["inspect", "--key", "k"]).run();
+    no_password.code(77).one_line_error("REDLOCK_PASSWORD");
+    outputs.push(no_password);
+
+    let env = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10s", "-v"])
+        .env("REDLOCK_PASSWORD", secret)
+        .run();
+    env.code(0);
+    outputs.push(env);
+    let from_file = server
+        .redlock(&["inspect", "--key", "k", "--password-file", file, "-v"])
+        .run();
+    from_file.code(0).stderr_contains("connected to");
+    outputs.push(from_file);
+    let from_url = server
+        .redlock(&["list", "--json", "-v"])
+        .env("REDLOCK_URL", &with_password)
+        .run();
+    from_url.code(0).stderr_contains(":***@127.0.0.1");
+    outputs.push(from_url);
+    // REDIS_URL is the fallback when REDLOCK_URL is unset.
+    let fallback = server
+        .redlock(&["inspect", "--key", "k", "-v"])
+        .env_remove("REDLOCK_URL")
+        .env("REDIS_URL", &with_password)
+        .run();
+    fallback.code(0);
+    outputs.push(fallback);
+
+    let wrong = server
+        .redlock(&["inspect", "--key", "k"])
+        .env("REDLOCK_URL", &with_wrong)
+        .run();
+    wrong.code(77).one_line_error("authentication failed");
+    outputs.push(wrong);
+    let wrong_env = server
+        .redlock(&["inspect", "--key", "k"])
+        .env("REDLOCK_PASSWORD", "nope")
+        .run();
+    wrong_env.code(77);
+    outputs.push(wrong_env);
+    // The file beats the environment and the URL.
+    let file_wins = server
+        .redlock(&["inspect", "--key", "k", "--password-file", file])
+        .env("REDLOCK_URL", &with_wrong)
+        .env("REDLOCK_PASSWORD", "nope")
+        .run();
+    file_wins.code(0);
+    outputs.push(file_wins);
+
+    let help = Redlock::new(&["--help"])
+        .env("REDLOCK_URL", &with_password)
+        .env("REDLOCK_PASSWORD", secret)
+        .run();
+    help.code(0).stdout_contains("REDLOCK_URL");
+    outputs.push(help);
+    for out in &outputs {
+        if out.stdout.contains(secret) || out.stderr.contains(secret) {
+            out.fail("the password was printed");
+        }
+    }
+}
+
+#[test]
+fn password_file_problems_are_reported() {
+    let dir = TempDir::new("password-file");
+    let missing = dir.path().join("missing");
+    Redlock::new(&[
+        "inspect",
+        "--key",
+        "k",
+        "--password-file",
+        missing.to_str().unwrap(),
+    ])
+    .run()
+    .code(64)
+    .one_line_error("--password-file");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    Redlock::new(&[
+        "inspect",
+        "--key",
+        "k",
+        "--password-file",
+        empty.to_str().unwrap(),
+    ])
+    .run()
+    .code(64)
+    .one_line_error("the first line is empty");
+
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    let open = dir.path().join("open");
+    std::fs::write(&open, "pw").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    server
+        .redlock(&[
+            "inspect",
+            "--key",
+            "k",
+            "--password-file",
+            open.to_str().unwrap(),
+        ])
+        .run()
+        .code(1)
+        .stderr_contains("readable by others (mode 644); run: chmod 600");
+}
+
+trait Timeouts {
+    fn args_timeouts(self, connect: &str, command: &str) -> Self;
+}
+
+impl Timeouts for Redlock {
+    fn args_timeouts(self, connect: &str, command: &str) -> Self {
+        self.arg("--connect-timeout")
+            .arg(connect)
+            .arg("--command-timeout")
+            .arg(command)
+    }
+}

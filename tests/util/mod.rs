@@ -1,0 +1,343 @@
+//! Test harness: a private `redis-server` per test and a builder that runs the real `redlock`
+//! binary against it. Failures print the command, its status, stdout, stderr and the server log.
+//!
+//! Servers listen on a free loopback port (never 6379), keep nothing on disk, live in their own
+//! directory under Cargo's test temp dir, and are killed and reaped in `Drop`.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Path of the binary under test.
+pub const REDLOCK: &str = env!("CARGO_BIN_EXE_redlock");
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory under Cargo's test temp dir, removed by [`TempDir`]'s `Drop`.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create test dir");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+/// A private redis-server.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    password: Option<String>,
+    dir: TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "pw"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let password = extra
+            .iter()
+            .position(|arg| *arg == "--requirepass")
+            .map(|at| extra[at + 1].to_owned());
+        let mut last_log = String::new();
+        for _attempt in 0..5 {
+            let dir = TempDir::new("redis");
+            let port = free_port();
+            let log = dir.path().join("redis.log");
+            let mut child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .arg("--logfile")
+                .arg(&log)
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (the CI script installs it)");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if ping(port) {
+                    return Self {
+                        child,
+                        port,
+                        password,
+                        dir,
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        panic!("redis-server did not start after 5 attempts; last log:\n{last_log}");
+    }
+
+    /// URL without credentials.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A direct client connection, for setting up and checking state.
+    pub fn client(&self) -> redis::Connection {
+        let mut url = self.url();
+        if let Some(password) = &self.password {
+            url = format!("redis://:{password}@127.0.0.1:{}", self.port);
+        }
+        let con = redis::Client::open(url)
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+            .expect("test client connects");
+        con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        con
+    }
+
+    /// Runs one Redis command and returns its reply.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut self.client())
+            .unwrap_or_else(|err| panic!("{args:?}: {err}\nserver log:\n{}", self.log()))
+    }
+
+    /// Every key in the server, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.cmd(&["KEYS", "*"]);
+        keys.sort();
+        keys
+    }
+
+    /// A `redlock` invocation pointed at this server.
+    pub fn redlock(&self, args: &[&str]) -> Redlock {
+        Redlock::new(args)
+            .env("REDLOCK_URL", &self.url())
+            .server_log(self.dir.path().join("redis.log"))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A stopped server ignores SIGKILL until continued on some kernels; continue it first.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 64];
+    // +PONG, or -NOAUTH from a server with a password: either way it is up.
+    matches!(stream.read(&mut reply), Ok(n) if n > 0)
+}
+
+/// A `redlock` command line under construction; the environment starts empty but for PATH.
+#[must_use]
+pub struct Redlock {
+    command: Command,
+    argv: Vec<String>,
+    server_log: Option<PathBuf>,
+}
+
+impl Redlock {
+    pub fn new(args: &[&str]) -> Self {
+        let mut command = Command::new(REDLOCK);
+        command.args(args).env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        Self {
+            command,
+            argv: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            server_log: None,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.argv.push(arg.as_ref().to_string_lossy().into_owned());
+        self.command.arg(arg);
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.command.env(name, value);
+        self
+    }
+
+    pub fn env_remove(mut self, name: &str) -> Self {
+        self.command.env_remove(name);
+        self
+    }
+
+    fn server_log(mut self, path: PathBuf) -> Self {
+        self.server_log = Some(path);
+        self
+    }
+
+    /// Runs to completion and captures everything.
+    pub fn run(mut self) -> Output {
+        let started = Instant::now();
+        let output = self
+            .command
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn redlock");
+        Output {
+            argv: self.argv,
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            elapsed: started.elapsed(),
+            server_log: self.server_log.take(),
+        }
+    }
+}
+
+/// What one run of `redlock` did.
+pub struct Output {
+    pub argv: Vec<String>,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+    server_log: Option<PathBuf>,
+}
+
+impl Output {
+    /// Asserts the exit code; on mismatch prints everything needed to see why.
+    #[track_caller]
+    pub fn code(&self, expected: i32) -> &Self {
+        if self.status.code() != Some(expected) {
+            self.fail(&format!("expected exit code {expected}"));
+        }
+        self
+    }
+
+    /// Asserts that stderr is exactly one line starting `redlock: ` and containing `needle`.
+    #[track_caller]
+    pub fn one_line_error(&self, needle: &str) -> &Self {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        if lines.len() != 1 || !lines[0].starts_with("redlock: ") || !lines[0].contains(needle) {
+            self.fail(&format!(
+                "expected one stderr line 'redlock: ...{needle}...'"
+            ));
+        }
+        if self.stderr.contains("panicked") || self.stderr.contains("backtrace") {
+            self.fail("panic output on stderr");
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_contains(&self, needle: &str) -> &Self {
+        if !self.stdout.contains(needle) {
+            self.fail(&format!("stdout should contain {needle:?}"));
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_contains(&self, needle: &str) -> &Self {
+        if !self.stderr.contains(needle) {
+            self.fail(&format!("stderr should contain {needle:?}"));
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_empty(&self) -> &Self {
+        if !self.stderr.is_empty() {
+            self.fail("stderr should be empty");
+        }
+        self
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|err| self.fail(&format!("stdout is not JSON: {err}")))
+    }
+
+    #[track_caller]
+    pub fn fail(&self, why: &str) -> ! {
+        let log = self
+            .server_log
+            .as_ref()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .unwrap_or_default();
+        panic!(
+            "{why}\ncommand: redlock {}\nstatus: {:?} after {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server log ---\n{log}",
+            self.argv.join(" "),
+            self.status,
+            self.elapsed,
+            self.stdout,
+            self.stderr,
+        )
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
