@@ -14,7 +14,8 @@ use crate::exit::{Failure, fail, failure_of};
 use crate::keys::{LockKeys, LockName, Prefix};
 use crate::scripts;
 
-/// The secret that proves a holder owns its lock: 128 bits from the OS RNG, as 32 hex digits.
+/// The secret that proves a holder owns its lock: a UUID v4 (122 random bits from the OS), as
+/// 32 hex digits.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token(String);
 

@@ -227,6 +227,36 @@ fn release_and_extend_of_an_expired_lock_exit_1_and_recreate_nothing() {
 }
 
 #[test]
+fn a_stale_holder_cannot_release_or_extend_the_next_holders_lock() {
+    let server = RedisServer::start();
+    let stale = acquire(&server, "deploy", "200ms");
+    assert!(wait_until(Duration::from_secs(5), || {
+        server
+            .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "-q"])
+            .run()
+            .status
+            .success()
+    }));
+    let record: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+    server
+        .redlock(&["release", "--key", "deploy", "--token", &stale])
+        .run()
+        .code(1);
+    server
+        .redlock(&[
+            "extend", "--key", "deploy", "--token", &stale, "--ttl", "1h",
+        ])
+        .run()
+        .code(1);
+    assert_eq!(server.cmd::<Vec<String>>(&["HVALS", HOLDERS]), record);
+    let out = server
+        .redlock(&["inspect", "--key", "deploy", "--json"])
+        .run();
+    out.code(0);
+    assert_eq!(out.json()["holders"][0]["fence"], 2);
+}
+
+#[test]
 fn extend_renews_only_for_its_own_token() {
     let server = RedisServer::start();
     let token = acquire(&server, "deploy", "5s");
