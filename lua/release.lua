@@ -1,9 +1,12 @@
 -- release: remove one holder by its token; the key goes when its last live holder does.
+-- With a minimum hold (--min-hold), a holder released early is kept until since + min_hold
+-- instead, so a late duplicate (a cron host with a skewed clock) still finds the lock taken.
 -- KEYS[1] holders hash
--- ARGV[1] token
--- Returns 1 when released, 0 when the token holds nothing (expired, released, never held).
+-- ARGV[1] token, ARGV[2] min_hold_ms (0 = none)
+-- Returns 1 when released, {2, kept_ms} when kept for the minimum hold, 0 when the token holds
+-- nothing (expired, released, never held).
 local holders_key = KEYS[1]
-local token = ARGV[1]
+local token, min_hold = ARGV[1], tonumber(ARGV[2])
 
 local holders_type = redis.call('TYPE', holders_key)['ok']
 if holders_type ~= 'none' and holders_type ~= 'hash' then
@@ -30,6 +33,16 @@ for i = 1, #fields, 2 do
 end
 if mine == nil or mine.exp <= now then
   return 0
+end
+
+local keep_until = mine.since + min_hold
+if keep_until > now then
+  mine.exp = keep_until
+  mine.ttl = keep_until - now
+  redis.call('HSET', holders_key, token, cjson.encode(mine))
+  if keep_until > latest then latest = keep_until end
+  redis.call('PEXPIRE', holders_key, latest - now)
+  return {2, keep_until - now}
 end
 
 if others == 0 then

@@ -40,6 +40,10 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "Run a job on one cron host only; the others skip quietly:",
+        &["redlock run -q -E 0 --key nightly-report --ttl 1m --min-hold 5m -- ./report.sh"],
+    ),
+    (
         "See who holds a lock, then break it, leaving an audit line:",
         &[
             "redlock inspect --key deploy",
@@ -56,7 +60,7 @@ fn after_long_help() -> String {
     }
     text.push_str("\nExit status:\n");
     for (code, meaning) in crate::exit::TABLE {
-        text.push_str(&format!("  {code:<4}{meaning}\n"));
+        text.push_str(&format!("  {code:<6}{meaning}\n"));
     }
     text.push_str("\nExamples:");
     for (what, commands) in EXAMPLES {
@@ -144,12 +148,86 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    Run(RunArgs),
     Acquire(AcquireArgs),
     Release(ReleaseArgs),
     Extend(ExtendArgs),
     Inspect(InspectArgs),
     List(ListArgs),
     Completions(CompletionsArgs),
+}
+
+/// Run a command while holding a lock; exit 75 at once if someone else holds it
+///
+/// Takes the lock, runs the command (argv directly, no shell, unless -c) in its own process
+/// group, renews the lease every ttl/3 while it runs, and releases the lock once the command
+/// and everything in its group are gone. Exits with the command's own status (128+N if it died
+/// of signal N).
+///
+/// If renewals stop being confirmed (Redis down or hung, key deleted or taken), the command's
+/// group gets SIGTERM and then SIGKILL early enough to be dead before the lease can lapse in
+/// Redis; redlock says why and exits 125. INT, TERM, HUP, QUIT, USR1 and USR2 are forwarded to
+/// the group; a second INT or TERM kills it at once. If redlock itself is killed with SIGKILL,
+/// the command gets SIGKILL too (Linux parent-death signal).
+///
+/// The command sees REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE (the fencing token),
+/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD is removed from its environment.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Lease, renewed while the command runs; how long the lock outlives a crashed host
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// Renew the lease this often [default: ttl/3]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub renew_every: Option<Duration>,
+
+    /// Grace between SIGTERM and SIGKILL when stopping the command [default: 10s]
+    ///
+    /// When the lock is being lost the grace is shortened if needed, so that the command is
+    /// dead before the lease can lapse.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub kill_after: Option<Duration>,
+
+    /// Stop the command (SIGTERM, grace, SIGKILL) after this long and exit 124
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub max_runtime: Option<Duration>,
+
+    /// Keep the lock until this long after acquisition, even if the command ends sooner
+    ///
+    /// The same cron entry firing moments later on a host with a skewed clock then finds the
+    /// lock taken and skips, instead of running the job twice. Measured on the Redis server's
+    /// clock.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub min_hold: Option<Duration>,
+
+    /// Exit with CODE instead of 75 when the lock is busy (-E 0 -q: skip quietly)
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
+    pub conflict_exit_code: u8,
+
+    /// Run STRING with `sh -c` instead of a command given as arguments
+    #[arg(
+        short = 'c',
+        long = "shell-command",
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
+    pub shell_command: Option<String>,
+
+    /// The command and its arguments, run directly without a shell
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 1..,
+        required_unless_present = "shell_command",
+        value_parser = clap::value_parser!(std::ffi::OsString)
+    )]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// Take a lock and print its token; exit 75 at once if someone else holds it

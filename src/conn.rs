@@ -13,6 +13,7 @@ use crate::duration;
 use crate::exit::{Failure, fail};
 
 /// Where and how to connect.
+#[derive(Clone)]
 pub struct Target {
     url: String,
     password: Option<String>,
@@ -43,6 +44,12 @@ impl Target {
 
     /// Opens a connection whose every command fails after the command timeout.
     pub fn connect(&self) -> anyhow::Result<Session> {
+        self.connect_within(self.connect_timeout)
+    }
+
+    /// Like [`Self::connect`], with a connect timeout of at most `limit`.
+    pub fn connect_within(&self, limit: Duration) -> anyhow::Result<Session> {
+        let connect_timeout = self.connect_timeout.min(limit);
         let server = self.redacted();
         let mut info = self.url.as_str().into_connection_info().map_err(|err| {
             let why = if err.kind() == ErrorKind::InvalidClientConfig
@@ -62,20 +69,17 @@ impl Target {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(|err| classify(&err, &server, self))?;
-        let con = client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|err| classify(&err, &server, self))
+        let con = redis::Client::open(info)
+            .and_then(|client| client.get_connection_with_timeout(connect_timeout))
+            .map_err(|err| classify(&err, connect_timeout))
             .with_context(|| format!("connecting to {server}"))?;
-        con.set_read_timeout(Some(self.command_timeout))
-            .and_then(|()| con.set_write_timeout(Some(self.command_timeout)))
-            .map_err(|err| classify(&err, &server, self))?;
-        Ok(Session {
+        let mut session = Session {
             con,
             server,
             command_timeout: self.command_timeout,
-            connect_timeout: self.connect_timeout,
-        })
+        };
+        session.set_command_timeout(self.command_timeout)?;
+        Ok(session)
     }
 }
 
@@ -84,7 +88,6 @@ pub struct Session {
     con: redis::Connection,
     server: String,
     command_timeout: Duration,
-    connect_timeout: Duration,
 }
 
 impl Session {
@@ -93,14 +96,18 @@ impl Session {
         &mut self,
         request: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> anyhow::Result<T> {
-        request(&mut self.con).map_err(|err| {
-            classify_with(
-                &err,
-                &self.server,
-                self.connect_timeout,
-                self.command_timeout,
-            )
-        })
+        request(&mut self.con)
+            .map_err(|err| classify(&err, self.command_timeout).context(self.server.clone()))
+    }
+
+    /// Changes the bound on each later command.
+    pub fn set_command_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.command_timeout = timeout;
+        self.con
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| self.con.set_write_timeout(Some(timeout)))
+            .map_err(|err| classify(&err, timeout))
+            .with_context(|| self.server.clone())
     }
 
     /// The server's URL with the password hidden.
@@ -109,31 +116,22 @@ impl Session {
     }
 }
 
-fn classify(err: &RedisError, server: &str, target: &Target) -> anyhow::Error {
-    classify_with(err, server, target.connect_timeout, target.command_timeout)
-}
-
 /// Maps a Redis error to an outcome: unreachable → 69, auth/ACL → 77, foreign data → 64.
-fn classify_with(
-    err: &RedisError,
-    server: &str,
-    connect_timeout: Duration,
-    command_timeout: Duration,
-) -> anyhow::Error {
+/// `timeout` is the bound that was in force, named when it ran out.
+fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
     let detail = err.detail().unwrap_or_default();
     let code = err.code().unwrap_or_default();
     match err.kind() {
         ErrorKind::AuthenticationFailed => fail(
             Failure::Auth,
-            format!("{server}: authentication failed (wrong password or user)"),
+            "authentication failed (wrong password or user)",
         ),
-        ErrorKind::Server(ServerErrorKind::NoPerm) => fail(
-            Failure::Auth,
-            format!("{server}: permission denied: {detail}"),
-        ),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            fail(Failure::Auth, format!("permission denied: {detail}"))
+        }
         ErrorKind::Server(ServerErrorKind::ReadOnly) => fail(
             Failure::Unavailable,
-            format!("{server} is a read-only replica; point --redis at the master"),
+            "the server is a read-only replica; point --redis at the master",
         ),
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
@@ -142,7 +140,7 @@ fn classify_with(
             | ServerErrorKind::TryAgain,
         ) => fail(
             Failure::Unavailable,
-            format!("{server} cannot serve requests now: {code} {detail}"),
+            format!("the server cannot serve requests now: {code} {detail}"),
         ),
         _ if matches!(code, "WRONGPASS" | "NOAUTH") => {
             let hint = if code == "NOAUTH" {
@@ -152,7 +150,7 @@ fn classify_with(
             };
             fail(
                 Failure::Auth,
-                format!("{server}: authentication failed: {code} {detail}{hint}"),
+                format!("authentication failed: {code} {detail}{hint}"),
             )
         }
         _ if code == "WRONGTYPE" => fail(
@@ -161,20 +159,13 @@ fn classify_with(
         ),
         _ if err.is_timeout() => fail(
             Failure::Unavailable,
-            format!(
-                "{server}: no answer within {} (--connect-timeout) / {} (--command-timeout)",
-                duration::display(connect_timeout),
-                duration::display(command_timeout)
-            ),
+            format!("no answer within {}", duration::display(timeout)),
         ),
-        _ if err.is_connection_refusal() => fail(
-            Failure::Unavailable,
-            format!("{server}: connection refused"),
-        ),
+        _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
         _ if err.is_io_error() || err.is_connection_dropped() => {
-            fail(Failure::Unavailable, format!("{server}: {err}"))
+            fail(Failure::Unavailable, err.to_string())
         }
-        _ => anyhow::anyhow!("{server}: unexpected error: {err}"),
+        _ => anyhow::anyhow!("unexpected error: {err}"),
     }
 }
 

@@ -21,6 +21,14 @@ pub enum Failure {
     Busy,
     /// Authentication or ACL permission denied.
     Auth,
+    /// `run`: `--max-runtime` elapsed and the command was stopped.
+    MaxRuntime,
+    /// `run`: the lock was lost (or could not be confirmed) while the command ran.
+    Lost,
+    /// `run`: the command exists but cannot be executed.
+    NotExecutable,
+    /// `run`: the command was not found.
+    NotFound,
 }
 
 impl Failure {
@@ -38,28 +46,46 @@ pub const UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
 pub const BUSY: u8 = 75;
 pub const AUTH: u8 = 77;
+pub const MAX_RUNTIME: u8 = 124;
+pub const LOST: u8 = 125;
+pub const NOT_EXECUTABLE: u8 = 126;
+pub const NOT_FOUND: u8 = 127;
 
 /// Every exit code and its meaning: the source of `--help`, the man page and the README table.
-pub const TABLE: &[(u8, &str)] = &[
-    (OK, "success (acquire: acquired; inspect: held)"),
+pub const TABLE: &[(&str, &str)] = &[
     (
-        NOT_HELD,
+        "0",
+        "success (acquire: acquired; inspect: held); run: the command's own exit status",
+    ),
+    (
+        "1",
         "release, extend: not held by that token (nothing changed); inspect: free",
     ),
     (
-        USAGE,
+        "64",
         "usage error: bad flag, key, duration, token or URL; or the key holds foreign data",
     ),
     (
-        UNAVAILABLE,
+        "69",
         "Redis unavailable: connection refused or timed out, or the server is not a master",
     ),
-    (INTERNAL, "internal error"),
+    ("70", "internal error"),
     (
-        BUSY,
+        "75",
         "lock busy (-E/--conflict-exit-code changes this code)",
     ),
-    (AUTH, "authentication failed or ACL permission denied"),
+    ("77", "authentication failed or ACL permission denied"),
+    ("124", "run: --max-runtime elapsed; the command was stopped"),
+    (
+        "125",
+        "run: the lock was lost while the command ran; the command was stopped",
+    ),
+    ("126", "run: the command is not executable"),
+    ("127", "run: the command was not found"),
+    (
+        "128+N",
+        "run: the command died of signal N (130 = SIGINT, 137 = SIGKILL, 143 = SIGTERM)",
+    ),
 ];
 
 /// The exit code of each outcome: the one table (README, man page and tests follow it).
@@ -70,6 +96,10 @@ pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
         Failure::Unavailable => UNAVAILABLE,
         Failure::Busy => busy_code,
         Failure::Auth => AUTH,
+        Failure::MaxRuntime => MAX_RUNTIME,
+        Failure::Lost => LOST,
+        Failure::NotExecutable => NOT_EXECUTABLE,
+        Failure::NotFound => NOT_FOUND,
     }
 }
 
@@ -82,8 +112,27 @@ pub fn exit_code(err: &anyhow::Error, busy_code: u8) -> u8 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Done {
     Success,
-    /// An expected outcome the command already reported on stdout (e.g. `inspect` of a free lock).
+    /// An expected outcome the command already reported (e.g. `inspect` of a free lock).
     Reported(Failure),
+    /// `run`: the command ran to its end; its status passes through.
+    Child(ChildStatus),
+}
+
+/// How the supervised command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl ChildStatus {
+    /// The shell's convention: the exit code, or 128 + N for death by signal N.
+    pub fn code(self) -> u8 {
+        match self {
+            ChildStatus::Exited(code) => (code & 0xff) as u8,
+            ChildStatus::Signaled(signal) => 128u8.wrapping_add((signal & 0x7f) as u8),
+        }
+    }
 }
 
 impl Done {
@@ -91,6 +140,7 @@ impl Done {
         match self {
             Done::Success => OK,
             Done::Reported(failure) => failure_code(failure, busy_code),
+            Done::Child(status) => status.code(),
         }
     }
 }
@@ -123,4 +173,39 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
         failure,
         message: message.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_documents_every_code() {
+        for code in [
+            OK,
+            NOT_HELD,
+            USAGE,
+            UNAVAILABLE,
+            INTERNAL,
+            BUSY,
+            AUTH,
+            MAX_RUNTIME,
+            LOST,
+            NOT_EXECUTABLE,
+            NOT_FOUND,
+        ] {
+            assert!(
+                TABLE.iter().any(|(listed, _)| *listed == code.to_string()),
+                "{code} is missing from TABLE"
+            );
+        }
+    }
+
+    #[test]
+    fn child_status_follows_the_shell() {
+        assert_eq!(ChildStatus::Exited(3).code(), 3);
+        assert_eq!(ChildStatus::Exited(255).code(), 255);
+        assert_eq!(ChildStatus::Signaled(9).code(), 137);
+        assert_eq!(ChildStatus::Signaled(2).code(), 130);
+    }
 }

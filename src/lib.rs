@@ -4,14 +4,20 @@
 //! command-line front end ([`cli`], `cmd`). The engine knows nothing of clap; the front end
 //! knows nothing of Lua. [`run`] is the whole program: parse, dispatch, map to an exit code.
 
+mod child;
 pub mod cli;
+pub mod clock;
 mod cmd;
 pub mod conn;
 pub mod duration;
 pub mod exit;
+pub mod keeper;
 pub mod keys;
 pub mod lock;
+pub mod log;
 mod scripts;
+mod signals;
+pub mod supervisor;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -30,6 +36,7 @@ pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitC
     let quiet = cli.global.quiet;
     let busy_code = match &cli.command {
         cli::Command::Acquire(args) => args.conflict_exit_code,
+        cli::Command::Run(args) => args.conflict_exit_code,
         _ => exit::BUSY,
     };
     match cmd::dispatch(cli) {

@@ -123,6 +123,16 @@ pub struct Lease {
     pub granted_at: u64,
 }
 
+/// What `release` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Released,
+    /// Kept for the rest of the minimum hold; expires by itself after this long.
+    Kept(Duration),
+    /// The token holds nothing; nothing changed.
+    NotHeld,
+}
+
 /// What `acquire` found.
 #[derive(Debug)]
 pub enum Acquisition {
@@ -147,6 +157,7 @@ pub struct LockState {
 }
 
 /// One lock under a prefix.
+#[derive(Debug, Clone)]
 pub struct Lock {
     pub name: LockName,
     keys: LockKeys,
@@ -217,15 +228,30 @@ impl Lock {
         Ok(extended == 1)
     }
 
-    /// Releases the hold of `token`. `false`: the token holds nothing (nothing changed).
-    pub fn release(&self, session: &mut Session, token: &Token) -> anyhow::Result<bool> {
-        let released: i64 = session.run(|con| {
+    /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
+    /// since its acquisition is kept until then instead (and expires by itself).
+    pub fn release(
+        &self,
+        session: &mut Session,
+        token: &Token,
+        min_hold: Duration,
+    ) -> anyhow::Result<Release> {
+        let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
+        let reply: redis::Value = session.run(|con| {
             scripts::RELEASE
                 .key(&self.keys.holders)
                 .arg(token.as_str())
+                .arg(min_hold_ms)
                 .invoke(con)
         })?;
-        Ok(released == 1)
+        Ok(match reply {
+            redis::Value::Int(1) => Release::Released,
+            redis::Value::Int(0) => Release::NotHeld,
+            kept => {
+                let (_, kept_ms): (i64, u64) = redis::from_redis_value(kept)?;
+                Release::Kept(Duration::from_millis(kept_ms))
+            }
+        })
     }
 
     /// Removes every holder; returns the server time and the holders evicted.

@@ -90,7 +90,7 @@ fn top_page_sections() -> String {
     roff.control("SH", ["EXIT STATUS"]);
     for (code, meaning) in redlock::exit::TABLE {
         roff.control("TP", [])
-            .text([bold(code.to_string())])
+            .text([bold(*code)])
             .text([roman(*meaning)]);
     }
     roff.control("SH", ["EXAMPLES"]);

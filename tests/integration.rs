@@ -7,3 +7,4 @@ mod bad_input;
 mod commands;
 mod contention;
 mod docs;
+mod run;

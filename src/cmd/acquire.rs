@@ -1,11 +1,14 @@
 //! `redlock acquire`: take a lock and print its token, or exit busy at once.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::{Context, describe, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
+use crate::keys::LockName;
 use crate::lock::{Acquisition, Identity, Lock};
 
 #[derive(Serialize)]
@@ -17,7 +20,7 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = Context::lock_name(&args.key)?;
+    let name = LockName::new(&args.key)?;
     let mut session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
@@ -39,10 +42,10 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
             };
             // A token nobody can read is a lock nobody can release: give it back.
             if let Err(err) = print_line(output) {
-                lock.release(&mut session, &lease.token)?;
+                lock.release(&mut session, &lease.token, Duration::ZERO)?;
                 return Err(err.context(format!("lock '{key}' released again")));
             }
-            context.log(format_args!(
+            context.log.step(format_args!(
                 "acquired '{key}' (fence {}, ttl {})",
                 lease.fence,
                 duration::display(lease.ttl)

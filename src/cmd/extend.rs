@@ -4,15 +4,16 @@ use super::Context;
 use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
+use crate::keys::LockName;
 use crate::lock::Lock;
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
-    let name = Context::lock_name(&args.key)?;
+    let name = LockName::new(&args.key)?;
     let mut session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
     if lock.extend(&mut session, &args.token, args.ttl)? {
-        context.log(format_args!(
+        context.log.step(format_args!(
             "extended '{key}' to {}",
             duration::display(args.ttl)
         ));

@@ -7,6 +7,7 @@ use super::{Context, elapsed, print_line, printable, rfc3339, table};
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
+use crate::keys::LockName;
 use crate::lock::{Holder, Lock, LockState};
 
 #[derive(Serialize)]
@@ -83,7 +84,7 @@ pub(super) const HOLDER_HEADER: [&str; 8] = [
 ];
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
-    let name = Context::lock_name(&args.key)?;
+    let name = LockName::new(&args.key)?;
     let mut session = context.connect()?;
     let state = Lock::new(&context.prefix, name).inspect(&mut session)?;
     if args.json {

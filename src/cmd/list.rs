@@ -10,7 +10,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     let mut session = context.connect()?;
     let listing = lock::list(&mut session, &context.prefix)?;
     for (key, why) in &listing.skipped {
-        context.warn(format_args!(
+        context.log.warn(format_args!(
             "skipping {}: it holds data redlock did not write ({why:#})",
             printable(key)
         ));
@@ -22,7 +22,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         return Ok(Done::Success);
     }
     if locks.is_empty() {
-        context.log("no locks are held under this prefix");
+        context.log.step("no locks are held under this prefix");
         return Ok(Done::Success);
     }
     let mut header = vec!["KEY".to_owned(), "MODE".to_owned(), "HOLDERS".to_owned()];

@@ -8,6 +8,7 @@ mod extend;
 mod inspect;
 mod list;
 mod release;
+mod run;
 
 use std::fmt::Display;
 use std::io::Write;
@@ -20,8 +21,9 @@ use crate::cli::{Cli, Command, Global};
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::keys::{LockName, Prefix};
+use crate::keys::Prefix;
 use crate::lock::Holder;
+use crate::log::Log;
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -34,6 +36,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<Done> {
     }
     let context = Context::new(global)?;
     match command {
+        Command::Run(args) => run::run(&context, &args),
         Command::Acquire(args) => acquire::run(&context, &args),
         Command::Release(args) => release::run(&context, &args),
         Command::Extend(args) => extend::run(&context, &args),
@@ -47,8 +50,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<Done> {
 pub(crate) struct Context {
     target: Target,
     prefix: Prefix,
-    verbose: bool,
-    quiet: bool,
+    command_timeout: Duration,
+    log: Log,
 }
 
 impl Context {
@@ -77,33 +80,19 @@ impl Context {
                 global.command_timeout,
             ),
             prefix,
-            verbose: global.verbose > 0,
-            quiet: global.quiet,
+            command_timeout: global.command_timeout,
+            log: Log {
+                quiet: global.quiet,
+                verbose: global.verbose > 0,
+            },
         })
     }
 
     fn connect(&self) -> anyhow::Result<Session> {
         let session = self.target.connect()?;
-        self.log(format_args!("connected to {}", session.server()));
+        self.log
+            .step(format_args!("connected to {}", session.server()));
         Ok(session)
-    }
-
-    fn lock_name(key: &str) -> anyhow::Result<LockName> {
-        LockName::new(key)
-    }
-
-    /// A warning on stderr, unless `-q`.
-    fn warn(&self, message: impl Display) {
-        if !self.quiet {
-            eprintln!("redlock: warning: {message}");
-        }
-    }
-
-    /// A `-v` message on stderr.
-    fn log(&self, message: impl Display) {
-        if self.verbose {
-            eprintln!("redlock: {message}");
-        }
     }
 }
 

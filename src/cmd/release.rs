@@ -1,12 +1,15 @@
 //! `redlock release`: token-checked release, or an audited forced one.
 
+use std::time::Duration;
+
 use super::{Context, describe, print_line};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::Lock;
+use crate::keys::LockName;
+use crate::lock::{Lock, Release};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
-    let name = Context::lock_name(&args.key)?;
+    let name = LockName::new(&args.key)?;
     let mut session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
@@ -30,8 +33,8 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         .token
         .as_ref()
         .ok_or_else(|| fail(Failure::Usage, "--token or --force is required"))?;
-    if lock.release(&mut session, token)? {
-        context.log(format_args!("released '{key}'"));
+    if lock.release(&mut session, token, Duration::ZERO)? == Release::Released {
+        context.log.step(format_args!("released '{key}'"));
         Ok(Done::Success)
     } else {
         Err(fail(

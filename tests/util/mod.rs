@@ -227,6 +227,23 @@ impl Redlock {
         self
     }
 
+    /// Starts in the background; stdin is closed, stdout and stderr are captured.
+    pub fn spawn(mut self) -> Running {
+        let child = self
+            .command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn redlock");
+        Running {
+            child,
+            argv: self.argv,
+            started: Instant::now(),
+            server_log: self.server_log.take(),
+        }
+    }
+
     /// Runs to completion and captures everything.
     pub fn run(mut self) -> Output {
         let started = Instant::now();
@@ -244,6 +261,86 @@ impl Redlock {
             server_log: self.server_log.take(),
         }
     }
+}
+
+/// A `redlock` running in the background.
+pub struct Running {
+    child: Child,
+    argv: Vec<String>,
+    started: Instant,
+    server_log: Option<PathBuf>,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal (e.g. "TERM", "KILL") to redlock itself.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Waits at most `limit` for the exit; on timeout kills it and fails with its output.
+    pub fn wait(mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let finished = loop {
+            if self.child.try_wait().expect("try_wait").is_some() {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = self.started.elapsed();
+        let output = self.child.wait_with_output().expect("collect output");
+        let output = Output {
+            argv: self.argv,
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            elapsed,
+            server_log: self.server_log,
+        };
+        if !finished {
+            output.fail(&format!("did not exit within {limit:?}"));
+        }
+        output
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
+}
+
+/// Milliseconds since the Unix epoch on this machine's wall clock (the test server's clock).
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Waits until `path` exists and has content, at most `limit`; returns the content.
+#[track_caller]
+pub fn wait_for_file(path: &Path, limit: Duration) -> String {
+    let mut content = String::new();
+    let found = wait_until(limit, || {
+        content = std::fs::read_to_string(path).unwrap_or_default();
+        !content.trim().is_empty()
+    });
+    assert!(found, "{} did not appear within {limit:?}", path.display());
+    content.trim().to_owned()
 }
 
 /// What one run of `redlock` did.

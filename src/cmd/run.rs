@@ -1,0 +1,112 @@
+//! `redlock run`: take the lock, then hand over to the supervisor, which runs the command,
+//! renews, forwards signals, self-fences on loss and releases at the end.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use super::{Context, describe};
+use crate::cli::RunArgs;
+use crate::clock::BootInstant;
+use crate::conn::redact_url;
+use crate::exit::{ChildStatus, Done, Failure, fail};
+use crate::keeper::Plan;
+use crate::keys::LockName;
+use crate::lock::{Acquisition, Identity, Lock};
+use crate::supervisor::{self, Events, Job};
+use crate::{child, duration};
+
+/// SIGTERM → SIGKILL grace when `--kill-after` is not given.
+const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+
+pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
+    let name = LockName::new(&args.key)?;
+    let (plan, warning) = Plan::new(
+        args.ttl,
+        args.renew_every,
+        args.kill_after.unwrap_or(DEFAULT_KILL_AFTER),
+        args.kill_after.is_some(),
+        context.command_timeout,
+    )
+    .map_err(|why| fail(Failure::Usage, why))?;
+    if let Some(warning) = warning {
+        context.log.warn(warning);
+    }
+    let argv: Vec<OsString> = match &args.shell_command {
+        Some(script) => vec!["sh".into(), "-c".into(), script.into()],
+        None => args.command.clone(),
+    };
+
+    let events = Events::listen()?;
+    let mut session = context.connect()?;
+    let lock = Lock::new(&context.prefix, name);
+    let key = lock.name.as_str();
+    let who = Identity::current(&command_line(&argv));
+    let sent = BootInstant::now();
+    let lease = match lock.acquire(&mut session, plan.ttl, &who)? {
+        Acquisition::Busy { holder, now } => {
+            if let Some(signal) = events.pending_signal() {
+                return Ok(Done::Child(ChildStatus::Signaled(signal)));
+            }
+            return Err(fail(
+                Failure::Busy,
+                format!("lock '{key}' is busy: held by {}", describe(&holder, now)),
+            ));
+        }
+        Acquisition::Acquired(lease) => lease,
+    };
+    context.log.step(format_args!(
+        "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
+        lease.fence,
+        duration::display(plan.ttl),
+        duration::display(plan.renew_every)
+    ));
+
+    let mut remove_env = vec!["REDLOCK_PASSWORD".to_owned()];
+    if std::env::var("REDLOCK_URL").is_ok_and(|url| redact_url(&url) != url) {
+        remove_env.push("REDLOCK_URL".to_owned());
+    }
+    let job = Job {
+        argv,
+        set_env: vec![
+            ("REDLOCK_KEY".into(), key.to_owned()),
+            ("REDLOCK_TOKEN".into(), lease.token.as_str().to_owned()),
+            ("REDLOCK_FENCE".into(), lease.fence.to_string()),
+            ("REDLOCK_TTL_MS".into(), plan.ttl.as_millis().to_string()),
+            ("REDLOCK_HELD".into(), "1".into()),
+        ],
+        remove_env,
+        plan,
+        max_runtime: args.max_runtime,
+        min_hold: args.min_hold.unwrap_or_default(),
+        foreground: child::owns_terminal(),
+    };
+    supervisor::supervise(
+        events,
+        session,
+        &context.target,
+        &lock,
+        &lease,
+        sent,
+        &job,
+        context.log,
+    )
+}
+
+/// The command as a person would type it, for `inspect`.
+fn command_line(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|arg| {
+            let arg = arg.to_string_lossy();
+            if !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+            {
+                arg.into_owned()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,54 @@
+//! Signals that `run` forwards, exactly as received, to the command's process group.
+//!
+//! signal-hook's iterator runs the handlers' work on an ordinary thread, so forwarding can use
+//! any call. `ctrlc` was not an option: one handler for INT/TERM/HUP cannot tell them apart and
+//! never sees QUIT, USR1 or USR2.
+
+use std::io;
+use std::thread::JoinHandle;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::iterator::{Handle, Signals};
+
+/// Signals passed on to the command.
+pub(crate) const FORWARDED: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+
+/// Receives [`FORWARDED`] signals until dropped.
+pub(crate) struct SignalWatch {
+    handle: Handle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SignalWatch {
+    /// Installs the handlers and calls `deliver` on a thread for each signal received.
+    pub(crate) fn start(deliver: impl Fn(i32) + Send + 'static) -> io::Result<Self> {
+        let mut signals = Signals::new(FORWARDED)?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    deliver(signal);
+                }
+            })?;
+        Ok(Self {
+            handle,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SignalWatch {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `SIGTERM` for 15, `signal 99` for numbers without a name.
+pub(crate) fn name(signal: i32) -> String {
+    nix::sys::signal::Signal::try_from(signal)
+        .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
+}

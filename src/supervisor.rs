@@ -1,0 +1,398 @@
+//! `run`'s supervisor: holds the lock while the command runs, and guarantees the order
+//! "command's whole process group dead, then lock released".
+//!
+//! One loop owns all decisions; threads only report events into its channel: the signal watch
+//! (signals to forward), the reaper (`waitpid` on the command and on orphans handed to us as
+//! subreaper) and the keeper (renewals). Deadlines live on `CLOCK_BOOTTIME`:
+//!
+//! - renewals unconfirmed: SIGTERM the group at `valid_until − margin − grace`, SIGKILL at
+//!   `valid_until − margin`, so it is dead before the lease can lapse in Redis; exit 125;
+//! - lock gone or taken: the same, starting at once;
+//! - INT/TERM received: forwarded; SIGKILL after `--kill-after`, or at once on a second one;
+//! - `--max-runtime`: SIGTERM, SIGKILL after `--kill-after`; exit 124;
+//! - command exited but others of its group live on: SIGTERM them, SIGKILL after the grace.
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::child;
+use crate::clock::BootInstant;
+use crate::conn::{Session, Target};
+use crate::duration;
+use crate::exit::{ChildStatus, Done, Failure, fail};
+use crate::keeper::{Keeper, Plan, Report};
+use crate::lock::{Lease, Lock, Release};
+use crate::log::Log;
+use crate::signals::{self, SignalWatch};
+
+/// Everything the supervisor hears about.
+#[derive(Debug)]
+pub enum Event {
+    Signal(i32),
+    Exited(ChildStatus),
+    /// The command was stopped (Ctrl-Z) while it owned the terminal.
+    Stopped,
+    Keeper(Report),
+}
+
+/// The channel the supervisor listens on, opened (with signal handlers installed) before the
+/// lock is taken, so that no signal between acquisition and spawn is lost.
+pub struct Events {
+    sender: Sender<Event>,
+    receiver: Receiver<Event>,
+    _signals: SignalWatch,
+}
+
+impl Events {
+    pub fn listen() -> anyhow::Result<Self> {
+        let (sender, receiver) = mpsc::channel();
+        let forward = sender.clone();
+        let signals = SignalWatch::start(move |signal| {
+            let _ = forward.send(Event::Signal(signal));
+        })?;
+        Ok(Self {
+            sender,
+            receiver,
+            _signals: signals,
+        })
+    }
+
+    /// A terminating signal that arrived so far, if any (others are dropped: no child yet).
+    pub fn pending_signal(&self) -> Option<i32> {
+        self.receiver.try_iter().find_map(|event| match event {
+            Event::Signal(signal) => Some(signal),
+            _ => None,
+        })
+    }
+}
+
+/// What to run under the lock.
+pub struct Job {
+    pub argv: Vec<OsString>,
+    pub set_env: Vec<(String, String)>,
+    pub remove_env: Vec<String>,
+    pub plan: Plan,
+    pub max_runtime: Option<Duration>,
+    pub min_hold: Duration,
+    pub foreground: bool,
+}
+
+/// Runs `job` under a lease just granted by a request sent at `sent`; releases the lock
+/// after the command's group is gone and returns how the run ended.
+#[allow(clippy::too_many_arguments)]
+pub fn supervise(
+    events: Events,
+    session: Session,
+    target: &Target,
+    lock: &Lock,
+    lease: &Lease,
+    sent: BootInstant,
+    job: &Job,
+    log: Log,
+) -> anyhow::Result<Done> {
+    let key = lock.name.as_str().to_owned();
+    let plan = job.plan;
+    let mut valid_until = plan.valid_until(sent);
+    let release = |session: Option<Session>, min_hold: Duration| {
+        release_lock(session, target, lock, lease, min_hold, None, log)
+    };
+
+    if let Some(signal) = events.pending_signal() {
+        release(Some(session), Duration::ZERO)?;
+        log.notice(format_args!(
+            "{} received before the command started; lock '{key}' released",
+            signals::name(signal)
+        ));
+        return Ok(Done::Child(ChildStatus::Signaled(signal)));
+    }
+    // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
+    if BootInstant::now() >= plan.term_at(valid_until) {
+        release(Some(session), Duration::ZERO)?;
+        return Err(fail(
+            Failure::Unavailable,
+            format!("lock '{key}' was granted too late to start the command safely; released"),
+        ));
+    }
+
+    child::become_subreaper()?;
+    let spec = child::Spec {
+        argv: &job.argv,
+        set_env: &job.set_env,
+        remove_env: &job.remove_env,
+        foreground: job.foreground,
+    };
+    let child = match child::spawn(&spec) {
+        Ok(child) => child,
+        Err(err) => {
+            release(Some(session), Duration::ZERO)?;
+            let program = job.argv[0].to_string_lossy();
+            let (failure, why) = match err.kind() {
+                std::io::ErrorKind::NotFound => (Failure::NotFound, "command not found".into()),
+                std::io::ErrorKind::PermissionDenied => {
+                    (Failure::NotExecutable, "permission denied".into())
+                }
+                _ => (Failure::NotExecutable, err.to_string()),
+            };
+            return Err(fail(failure, format!("cannot run '{program}': {why}")));
+        }
+    };
+    let started = BootInstant::now();
+    log.step(format_args!("started pid {}", child.pid));
+    start_reaper(child.pid, job.foreground, events.sender.clone())?;
+    let keeper_events = events.sender.clone();
+    let keeper = Keeper::start(
+        session,
+        Arc::new(target.clone()),
+        Arc::new(lock.clone()),
+        lease.token.clone(),
+        plan,
+        sent,
+        move |report| {
+            let _ = keeper_events.send(Event::Keeper(report));
+        },
+    )?;
+
+    let max_runtime_at = job.max_runtime.map(|limit| started + limit);
+    let mut exited: Option<ChildStatus> = None;
+    // SIGTERM sent (for whatever reason); SIGKILL is due at `kill_at`.
+    let mut stopping = false;
+    let mut lost = false;
+    let mut timed_out = false;
+    let mut kill_at: Option<BootInstant> = None;
+    let mut killed = false;
+    let mut trouble: Option<String> = None;
+
+    // Sends SIGTERM (unless already stopping) and schedules SIGKILL no later than `deadline`.
+    let stop = |deadline: BootInstant, stopping: &mut bool, kill_at: &mut Option<BootInstant>| {
+        if !*stopping {
+            child.signal_group(Signal::SIGTERM);
+            *stopping = true;
+        }
+        *kill_at = Some(kill_at.map_or(deadline, |at| at.min(deadline)));
+    };
+
+    loop {
+        let mut wake = BootInstant::now() + crate::clock::MAX_NAP;
+        if !lost {
+            wake = wake.min(plan.term_at(valid_until));
+        }
+        for at in [kill_at, max_runtime_at].into_iter().flatten() {
+            wake = wake.min(at);
+        }
+        match events.receiver.recv_timeout(wake.nap()) {
+            Ok(Event::Signal(signal)) => {
+                let Ok(sig) = Signal::try_from(signal) else {
+                    continue;
+                };
+                log.step(format_args!("forwarding {} to the command", sig.as_str()));
+                child.signal_group(sig);
+                if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
+                    if stopping {
+                        // A second INT/TERM: no more grace.
+                        kill_at = Some(BootInstant::now());
+                    } else {
+                        stopping = true;
+                        kill_at = Some(BootInstant::now() + plan.kill_after);
+                    }
+                }
+            }
+            Ok(Event::Exited(status)) => exited = Some(status),
+            Ok(Event::Stopped) => {
+                // Ctrl-Z: give the terminal back and stop ourselves, as the shell expects;
+                // on `fg` continue the command in the foreground again. While stopped nothing
+                // renews the lease; the deadline checks below catch a lapse on wake-up.
+                child::reclaim_terminal();
+                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                child::hand_terminal_to(child.pid);
+                child.signal_group(Signal::SIGCONT);
+            }
+            Ok(Event::Keeper(Report::Renewed { valid_until: until })) => {
+                valid_until = until;
+                if trouble.take().is_some() {
+                    log.notice(format_args!("renewing lock '{key}' works again"));
+                }
+                log.step(format_args!(
+                    "renewed lock '{key}' ({} of lease left)",
+                    duration::display(until.remaining())
+                ));
+            }
+            Ok(Event::Keeper(Report::Lost(why))) => {
+                if !lost {
+                    lost = true;
+                    log.notice(format_args!(
+                        "lost lock '{key}': {why}; stopping the command"
+                    ));
+                    let deadline =
+                        (BootInstant::now() + plan.loss_grace).min(plan.kill_at(valid_until));
+                    stop(deadline, &mut stopping, &mut kill_at);
+                }
+            }
+            Ok(Event::Keeper(Report::Trouble(why))) => {
+                if trouble.is_none() {
+                    log.warn(format_args!(
+                        "renewing lock '{key}' failed: {why}; retrying (the command is stopped at {} if this goes on)",
+                        duration::display(plan.term_at(valid_until).remaining())
+                    ));
+                }
+                trouble = Some(why);
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+
+        let now = BootInstant::now();
+        if !lost && (now >= plan.term_at(valid_until) || keeper.is_finished()) {
+            lost = true;
+            let why = if keeper.is_finished() {
+                "the renewal thread stopped".to_owned()
+            } else {
+                format!(
+                    "renewals not confirmed for {} ({})",
+                    duration::display(now.since(valid_until.minus(plan.ttl - plan.drift))),
+                    trouble.as_deref().unwrap_or("no reply")
+                )
+            };
+            log.notice(format_args!(
+                "lost lock '{key}': {why}; stopping the command before the lease can lapse"
+            ));
+            stop(plan.kill_at(valid_until), &mut stopping, &mut kill_at);
+        }
+        if let Some(at) = max_runtime_at
+            && now >= at
+            && !timed_out
+            && exited.is_none()
+        {
+            timed_out = true;
+            log.notice(format_args!(
+                "--max-runtime {} elapsed; stopping the command",
+                duration::display(job.max_runtime.unwrap_or_default())
+            ));
+            stop(now + plan.kill_after, &mut stopping, &mut kill_at);
+        }
+        if lost && !killed && now >= plan.kill_at(valid_until) {
+            kill_at = Some(now);
+        }
+        if let Some(at) = kill_at
+            && now >= at
+            && !killed
+        {
+            killed = child.signal_group(Signal::SIGKILL);
+            log.step("sent SIGKILL to the command's process group");
+        }
+        if exited.is_some() {
+            if !child.group_alive() {
+                break;
+            }
+            if !stopping {
+                log.notice("the command exited but left processes in its group; stopping them");
+                stop(now + plan.kill_after, &mut stopping, &mut kill_at);
+            }
+        }
+    }
+
+    let session = keeper.stop();
+    if job.foreground {
+        child::reclaim_terminal();
+    }
+    let status = exited.unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
+    if lost {
+        // Token-checked, so harmless if the lock is someone else's by now; bounded tightly,
+        // since Redis was probably unreachable a moment ago.
+        let _ = release_lock(
+            session,
+            target,
+            lock,
+            lease,
+            Duration::ZERO,
+            Some(plan.request_timeout),
+            log,
+        );
+        return Ok(Done::Reported(Failure::Lost));
+    }
+    match release(session, job.min_hold) {
+        Ok(Release::NotHeld) => {
+            log.notice(format_args!(
+                "lock '{key}' was no longer held when the command ended (expired or taken)"
+            ));
+            return Ok(Done::Reported(Failure::Lost));
+        }
+        Ok(_) => {}
+        Err(err) => log.warn(format_args!(
+            "could not release lock '{key}' ({err:#}); it expires by itself"
+        )),
+    }
+    if timed_out {
+        return Ok(Done::Reported(Failure::MaxRuntime));
+    }
+    if let ChildStatus::Signaled(signal) = status {
+        log.notice(format_args!(
+            "the command was killed by {}",
+            signals::name(signal)
+        ));
+    }
+    Ok(Done::Child(status))
+}
+
+/// Token-checked release (or keep for the minimum hold), on the keeper's connection if it is
+/// still good, else a fresh one; `bound` caps the connect and command timeouts.
+fn release_lock(
+    session: Option<Session>,
+    target: &Target,
+    lock: &Lock,
+    lease: &Lease,
+    min_hold: Duration,
+    bound: Option<Duration>,
+    log: Log,
+) -> anyhow::Result<Release> {
+    let mut session = match (session, bound) {
+        (Some(session), _) => session,
+        (None, Some(bound)) => target.connect_within(bound)?,
+        (None, None) => target.connect()?,
+    };
+    if let Some(bound) = bound {
+        session.set_command_timeout(bound)?;
+    }
+    let released = lock.release(&mut session, &lease.token, min_hold)?;
+    match released {
+        Release::Released => log.step(format_args!("released lock '{}'", lock.name.as_str())),
+        Release::Kept(left) => log.step(format_args!(
+            "keeping lock '{}' for {} more (--min-hold)",
+            lock.name.as_str(),
+            duration::display(left)
+        )),
+        Release::NotHeld => {}
+    }
+    Ok(released)
+}
+
+/// Reaps the command and any orphan handed to us, reporting the command's end (and, in
+/// terminal mode, its being stopped). Ends when no child is left.
+fn start_reaper(command: Pid, foreground: bool, events: Sender<Event>) -> std::io::Result<()> {
+    let flags = foreground.then_some(WaitPidFlag::WUNTRACED);
+    std::thread::Builder::new()
+        .name("reaper".into())
+        .spawn(move || {
+            loop {
+                match waitpid(None::<Pid>, flags) {
+                    Ok(WaitStatus::Exited(pid, code)) if pid == command => {
+                        let _ = events.send(Event::Exited(ChildStatus::Exited(code)));
+                    }
+                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
+                        let _ = events.send(Event::Exited(ChildStatus::Signaled(signal as i32)));
+                    }
+                    Ok(WaitStatus::Stopped(pid, _)) if pid == command => {
+                        let _ = events.send(Event::Stopped);
+                    }
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(_) => return,
+                }
+            }
+        })?;
+    Ok(())
+}

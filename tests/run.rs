@@ -1,0 +1,658 @@
+//! `redlock run`: exit codes, signals, self-fencing when the lock is lost, dying with the
+//! wrapper, --min-hold, --max-runtime, the child's environment, and mutual exclusion.
+//!
+//! Probe commands are small `sh` scripts that write marker files into a per-test directory;
+//! the test polls for those files instead of sleeping for fixed times.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::util::{RedisServer, TempDir, alive, wait_for_file, wait_until, wall_ms};
+
+const HOLDERS: &str = "redlock:{job}:holders";
+const FENCE: &str = "redlock:{job}:fence";
+
+fn run_args<'a>(ttl: &'a str, script: &'a str) -> Vec<&'a str> {
+    vec![
+        "run", "--key", "job", "--ttl", ttl, "--", "sh", "-c", script,
+    ]
+}
+
+/// A probe that writes its pid, traps `signal` (writing the time it arrived, in wall-clock
+/// ms, to `<dir>/got`) and otherwise runs until killed.
+fn trapping_probe(dir: &Path, signal: &str, then: &str) -> String {
+    let dir = dir.display();
+    format!(
+        "trap 'date +%s%3N > {dir}/got; {then}' {signal}; echo $$ > {dir}/pid; while :; do sleep 0.05; done"
+    )
+}
+
+fn lock_is_free(server: &RedisServer) -> bool {
+    server.cmd::<i64>(&["EXISTS", HOLDERS]) == 0
+}
+
+#[test]
+fn exit_statuses_pass_through_and_the_lock_is_released() {
+    let server = RedisServer::start();
+    for code in [0, 3, 255] {
+        let out = server
+            .redlock(&run_args("5s", &format!("exit {code}")))
+            .run();
+        out.code(code).stderr_empty();
+        assert_eq!(server.keys(), [FENCE], "lock left behind after exit {code}");
+    }
+    let out = server.redlock(&run_args("5s", "kill -9 $$")).run();
+    out.code(137)
+        .one_line_error("the command was killed by SIGKILL");
+    let out = server.redlock(&run_args("5s", "kill -TERM $$")).run();
+    out.code(143);
+    // Run directly from argv, without a shell, and with -c.
+    server
+        .redlock(&["run", "--key", "job", "--", "true"])
+        .run()
+        .code(0);
+    server
+        .redlock(&["run", "--key", "job", "-c", "exit 4"])
+        .run()
+        .code(4);
+    assert_eq!(server.keys(), [FENCE]);
+    let fence: String = server.cmd(&["GET", FENCE]);
+    assert_eq!(fence, "7");
+}
+
+#[test]
+fn commands_that_cannot_run_exit_126_or_127_and_release() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("noexec");
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    server
+        .redlock(&["run", "--key", "job", "--", "definitely-not-a-command-xyz"])
+        .run()
+        .code(127)
+        .one_line_error("cannot run 'definitely-not-a-command-xyz': command not found");
+    server
+        .redlock(&["run", "--key", "job", "--"])
+        .arg(&script)
+        .run()
+        .code(126)
+        .one_line_error("permission denied");
+    assert_eq!(server.keys(), [FENCE], "the lock stayed held");
+}
+
+#[test]
+fn a_busy_lock_runs_nothing() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("busy");
+    let marker = dir.path().join("ran");
+    let holder = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .run();
+    holder.code(0);
+    let script = format!("touch {}", marker.display());
+    server
+        .redlock(&run_args("5s", &script))
+        .run()
+        .code(75)
+        .one_line_error("lock 'job' is busy");
+    server
+        .redlock(&[
+            "run", "-q", "-E", "0", "--key", "job", "--", "sh", "-c", &script,
+        ])
+        .run()
+        .code(0)
+        .stderr_empty();
+    assert!(!marker.exists(), "the command ran without the lock");
+}
+
+#[test]
+fn every_forwarded_signal_reaches_the_command_and_the_lock_is_released() {
+    let server = RedisServer::start();
+    for signal in ["INT", "TERM", "HUP", "QUIT", "USR1", "USR2"] {
+        let dir = TempDir::new("signal");
+        let running = server
+            .redlock(&run_args(
+                "5s",
+                &trapping_probe(dir.path(), signal, "exit 9"),
+            ))
+            .spawn();
+        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        running.signal(signal);
+        let out = running.wait(Duration::from_secs(10));
+        out.code(9);
+        assert!(
+            dir.path().join("got").exists(),
+            "SIG{signal} did not reach the command"
+        );
+        assert!(lock_is_free(&server), "lock held after SIG{signal}");
+    }
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("ignore-term");
+    let mut args = run_args("5s", "");
+    args.truncate(5);
+    args.extend(["--kill-after", "700ms", "--", "sh", "-c"]);
+    let probe = trapping_probe(dir.path(), "TERM", ":");
+    args.push(&probe);
+    let running = server.redlock(&args).spawn();
+    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let sent = std::time::Instant::now();
+    running.signal("TERM");
+    let out = running.wait(Duration::from_secs(10));
+    let waited = sent.elapsed();
+    out.code(137).stderr_contains("killed by SIGKILL");
+    assert!(
+        dir.path().join("got").exists(),
+        "TERM was not forwarded first"
+    );
+    assert!(
+        waited >= Duration::from_millis(600) && waited < Duration::from_secs(4),
+        "SIGKILL came after {waited:?}, want the 700ms grace"
+    );
+    assert!(!alive(pid));
+    assert!(lock_is_free(&server));
+
+    // A second TERM skips the rest of the grace.
+    let dir = TempDir::new("ignore-term-twice");
+    let probe = trapping_probe(dir.path(), "TERM", ":");
+    let running = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--kill-after",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            &probe,
+        ])
+        .spawn();
+    wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+    running.signal("TERM");
+    wait_for_file(&dir.path().join("got"), Duration::from_secs(5));
+    running.signal("TERM");
+    running.wait(Duration::from_secs(5)).code(137);
+}
+
+#[test]
+fn killing_redlock_with_sigkill_kills_the_command_and_the_lock_expires() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("wrapper-killed");
+    let probe = format!("echo $$ > {}/pid; exec sleep 60", dir.path().display());
+    let running = server.redlock(&run_args("2s", &probe)).spawn();
+    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    let killed = std::time::Instant::now();
+    running.signal("KILL");
+    let _ = running.wait(Duration::from_secs(5));
+    assert!(
+        wait_until(Duration::from_secs(1), || !alive(pid)),
+        "the command outlived its killed wrapper"
+    );
+    assert!(
+        wait_until(Duration::from_secs(3) - killed.elapsed(), || lock_is_free(
+            &server
+        )),
+        "the lock was not free within TTL + 1s"
+    );
+}
+
+#[test]
+fn a_deleted_or_stolen_key_stops_the_command_at_once_with_125() {
+    let server = RedisServer::start();
+    for steal in [false, true] {
+        let dir = TempDir::new("stolen");
+        let running = server
+            .redlock(&run_args(
+                "3s",
+                &trapping_probe(dir.path(), "TERM", "exit 1"),
+            ))
+            .spawn();
+        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        let taken = std::time::Instant::now();
+        server.cmd::<()>(&["DEL", HOLDERS]);
+        if steal {
+            server
+                .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+                .run()
+                .code(0);
+        }
+        let out = running.wait(Duration::from_secs(10));
+        out.code(125).stderr_contains("lost lock 'job'");
+        // Detected at the next renewal (every ttl/3 = 1s).
+        assert!(
+            taken.elapsed() < Duration::from_millis(2500),
+            "stopped {:?} after the key was taken",
+            taken.elapsed()
+        );
+        assert!(dir.path().join("got").exists());
+        if steal {
+            let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
+            out.code(0);
+            assert_eq!(
+                out.json()["holders"][0]["command"],
+                "acquire",
+                "the thief's lock was released"
+            );
+        }
+    }
+}
+
+/// Writes are blocked (CLIENT PAUSE WRITE), so renewals hang while the test can still read the
+/// lease: the command must have received SIGTERM and died before the lease's expiry.
+#[test]
+fn a_hung_server_stops_the_command_before_the_lease_lapses() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("hung");
+    let running = server
+        .redlock(&run_args(
+            "3s",
+            &trapping_probe(dir.path(), "TERM", "exit 1"),
+        ))
+        .spawn();
+    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    server.cmd::<()>(&["CLIENT", "PAUSE", "8000", "WRITE"]);
+    // No renewal can succeed from here on: this expiry is final.
+    let holder: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+    let holder: serde_json::Value = serde_json::from_str(&holder[0]).unwrap();
+    let expiry = holder["exp"].as_u64().unwrap();
+    let dead = wait_until(Duration::from_secs(5), || !alive(pid));
+    let dead_at = wall_ms();
+    assert!(dead, "the command is still running");
+    let term_at: u64 = wait_for_file(&dir.path().join("got"), Duration::from_secs(1))
+        .parse()
+        .unwrap();
+    assert!(
+        dead_at < expiry,
+        "the command died {} ms after the lease expired",
+        dead_at - expiry
+    );
+    assert!(term_at < expiry);
+    let out = running.wait(Duration::from_secs(10));
+    server.cmd::<()>(&["CLIENT", "UNPAUSE"]);
+    out.code(125).stderr_contains("renewals not confirmed");
+}
+
+#[test]
+fn a_stopped_or_killed_server_stops_the_command_with_125() {
+    for how in ["STOP", "KILL"] {
+        let server = RedisServer::start();
+        let dir = TempDir::new("server-gone");
+        let running = server
+            .redlock(&run_args(
+                "3s",
+                &trapping_probe(dir.path(), "TERM", "exit 1"),
+            ))
+            .spawn();
+        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        let before: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+        let before: serde_json::Value = serde_json::from_str(&before[0]).unwrap();
+        let gone_at = wall_ms();
+        std::process::Command::new("kill")
+            .args([&format!("-{how}"), &server.pid().to_string()])
+            .status()
+            .unwrap();
+        let term_at: u64 = wait_for_file(&dir.path().join("got"), Duration::from_secs(5))
+            .parse()
+            .unwrap();
+        // The last lease Redis could have granted ends at most ttl after the server went away.
+        assert!(
+            term_at < gone_at + 3000,
+            "SIGTERM came {} ms after SIG{how}",
+            term_at - gone_at
+        );
+        assert!(term_at > before["since"].as_u64().unwrap());
+        let out = running.wait(Duration::from_secs(10));
+        out.code(125).stderr_contains("lost lock 'job'");
+        std::process::Command::new("kill")
+            .args(["-CONT", &server.pid().to_string()])
+            .status()
+            .unwrap();
+    }
+}
+
+#[test]
+fn renewal_keeps_a_long_job_alive() {
+    let server = RedisServer::start();
+    // Six lease lengths: without renewal the lock would lapse five times over.
+    let out = server
+        .redlock(&[
+            "run", "-v", "--key", "job", "--ttl", "1s", "--", "sleep", "6",
+        ])
+        .run();
+    out.code(0);
+    let renewals = out.stderr.matches("renewed lock 'job'").count();
+    assert!(renewals >= 14, "only {renewals} renewals:\n{}", out.stderr);
+    assert!(!out.stderr.contains("lost"), "{}", out.stderr);
+    assert!(lock_is_free(&server));
+}
+
+#[test]
+fn max_runtime_stops_the_command_with_124() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--max-runtime",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .run();
+    out.code(124).one_line_error("--max-runtime 1.0s elapsed");
+    assert!(
+        out.elapsed >= Duration::from_millis(900) && out.elapsed < Duration::from_secs(5),
+        "{:?}",
+        out.elapsed
+    );
+    assert!(lock_is_free(&server));
+}
+
+#[test]
+fn min_hold_keeps_the_lock_after_a_quick_command() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["run", "--key", "job", "--min-hold", "3s", "--", "true"])
+        .run()
+        .code(0)
+        .stderr_empty();
+    let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
+    assert!(pttl > 1500 && pttl <= 3000, "PTTL {pttl}");
+    // The same job firing again (another cron host) skips.
+    server
+        .redlock(&["run", "--key", "job", "--", "true"])
+        .run()
+        .code(75);
+    assert!(wait_until(Duration::from_secs(5), || lock_is_free(&server)));
+    server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--min-hold",
+            "1s",
+            "--",
+            "sleep",
+            "1.5",
+        ])
+        .run()
+        .code(0);
+    assert!(
+        lock_is_free(&server),
+        "held beyond a min-hold that had passed"
+    );
+}
+
+#[test]
+fn leftover_processes_are_stopped_before_release() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("leftovers");
+    let script = format!("sleep 30 & echo $! > {}/pid; exit 0", dir.path().display());
+    let out = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--kill-after",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .run();
+    out.code(0).stderr_contains("left processes in its group");
+    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(1))
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "a leftover still runs after release");
+    assert!(lock_is_free(&server));
+}
+
+#[test]
+fn the_command_sees_the_lock_in_its_environment_and_no_password() {
+    let secret = "pw-s3cret-env";
+    let server = RedisServer::start_with(&["--requirepass", secret]);
+    let dir = TempDir::new("env");
+    let env_file = dir.path().join("env");
+    let script = format!("env > {}", env_file.display());
+    server
+        .redlock(&[
+            "run", "--key", "job", "--ttl", "7s", "--", "sh", "-c", &script,
+        ])
+        .env("REDLOCK_PASSWORD", secret)
+        .env("REDLOCK_KEY", "inherited-wrong")
+        .env("REDLOCK_FENCE", "999")
+        .run()
+        .code(0);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing from\n{env}"))
+            .to_owned()
+    };
+    assert_eq!(var("REDLOCK_KEY"), "job");
+    assert_eq!(var("REDLOCK_FENCE"), "1");
+    assert_eq!(var("REDLOCK_TTL_MS"), "7000");
+    assert_eq!(var("REDLOCK_HELD"), "1");
+    assert_eq!(var("REDLOCK_TOKEN").len(), 32);
+    assert!(
+        !env.contains(secret),
+        "the password reached the command:\n{env}"
+    );
+    assert!(!env.contains("REDLOCK_PASSWORD"));
+
+    // A URL carrying the password is removed too.
+    let url = format!("redis://:{secret}@127.0.0.1:{}", server.port);
+    server
+        .redlock(&["run", "--key", "job", "--", "sh", "-c", &script])
+        .env("REDLOCK_URL", &url)
+        .run()
+        .code(0);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        !env.contains(secret),
+        "the password reached the command:\n{env}"
+    );
+}
+
+#[test]
+fn the_token_in_the_environment_works_for_extend_and_inspect_shows_the_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("token");
+    let script = format!(
+        "{} extend --key job --ttl 20s && {} inspect --key job --json > {}/inspect",
+        crate::util::REDLOCK,
+        crate::util::REDLOCK,
+        dir.path().display()
+    );
+    server
+        .redlock(&["run", "--key", "job", "--", "sh", "-c", &script])
+        .run()
+        .code(0);
+    let inspect: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("inspect")).unwrap())
+            .unwrap();
+    let holder = &inspect["holders"][0];
+    assert_eq!(
+        holder["ttl_ms"], 20_000,
+        "extend with $REDLOCK_TOKEN failed"
+    );
+    assert!(
+        holder["command"].as_str().unwrap().starts_with("sh -c '"),
+        "{holder}"
+    );
+}
+
+#[test]
+fn bad_run_options_are_usage_errors() {
+    let server = RedisServer::start();
+    for (args, why) in [
+        (vec!["run", "--key", "job"], "<COMMAND>"),
+        (
+            vec!["run", "--key", "job", "--ttl", "500ms", "--", "true"],
+            "at least 1.0s",
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                "job",
+                "--ttl",
+                "3s",
+                "--renew-every",
+                "3s",
+                "--",
+                "true",
+            ],
+            "too long for --ttl",
+        ),
+        (
+            vec!["run", "--key", "job", "-c", "true", "--", "true"],
+            "cannot be used with",
+        ),
+        (vec!["run", "--key", "", "--", "true"], "empty"),
+    ] {
+        server.redlock(&args).run().code(64).one_line_error(why);
+    }
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn a_terminal_reaches_the_command_and_ctrl_c_stops_it() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("tty");
+    let probe = format!(
+        "trap 'echo INT > {dir}/got; exit 130' INT; read line; echo \"$line\" > {dir}/read; echo ready > {dir}/pid; while :; do sleep 0.05; done",
+        dir = dir.path().display()
+    );
+    let probe_file = dir.path().join("probe.sh");
+    std::fs::write(&probe_file, probe).unwrap();
+    let inner = format!(
+        "{} run --key job -- sh {}",
+        crate::util::REDLOCK,
+        probe_file.display()
+    );
+    // `script` runs the command on a fresh pseudo-terminal whose input is our stdin.
+    let mut script = std::process::Command::new("script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .env("REDLOCK_URL", server.url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = script.stdin.take().unwrap();
+    use std::io::Write as _;
+    // Typed input reaches a command that reads the terminal (no SIGTTIN stop).
+    let typed = wait_until(Duration::from_secs(10), || {
+        let _ = stdin.write_all(b"hello\n");
+        let _ = stdin.flush();
+        dir.path().join("read").exists()
+    });
+    assert!(typed, "the command could not read the terminal");
+    wait_for_file(&dir.path().join("pid"), Duration::from_secs(5));
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    wait_for_file(&dir.path().join("got"), Duration::from_secs(5));
+    let finished = wait_until(Duration::from_secs(10), || {
+        script.try_wait().unwrap().is_some()
+    });
+    if !finished {
+        let _ = script.kill();
+    }
+    let output = script.wait_with_output().unwrap();
+    assert!(finished, "redlock did not exit: {output:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("read"))
+            .unwrap()
+            .trim(),
+        "hello"
+    );
+    assert!(lock_is_free(&server));
+}
+
+#[test]
+fn eight_loops_of_twenty_five_runs_never_overlap() {
+    const LOOPS: usize = 8;
+    const RUNS: usize = 25;
+    let server = Arc::new(RedisServer::start());
+    let dir = Arc::new(TempDir::new("run-exclusion"));
+    let log = dir.path().join("intervals");
+    let script = format!(
+        "echo \"$(date +%s%N) start\" >> {log}; sleep 0.01; echo \"$(date +%s%N) end\" >> {log}",
+        log = log.display()
+    );
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|n| {
+            let server = Arc::clone(&server);
+            let script = script.clone();
+            let failures = Arc::clone(&failures);
+            std::thread::spawn(move || {
+                for _ in 0..RUNS {
+                    let mut tries = 0;
+                    loop {
+                        let out = server
+                            .redlock(&["run", "-q", "--key", "job", "--", "sh", "-c", &script])
+                            .run();
+                        match out.status.code() {
+                            Some(0) => break,
+                            Some(75) if tries < 3000 => {
+                                tries += 1;
+                                std::thread::sleep(Duration::from_millis(
+                                    3 + (n as u64 * 7 + tries) % 9,
+                                ));
+                            }
+                            _ => {
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{:?}: {}", out.status, out.stderr));
+                                return;
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in loops {
+        handle.join().unwrap();
+    }
+    assert!(
+        failures.lock().unwrap().is_empty(),
+        "{:?}",
+        failures.lock().unwrap()
+    );
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let mut events: Vec<(u128, bool)> = lines
+        .lines()
+        .map(|line| {
+            let (time, what) = line.split_once(' ').unwrap();
+            (time.parse().unwrap(), what == "start")
+        })
+        .collect();
+    events.sort();
+    assert_eq!(events.len(), 2 * LOOPS * RUNS, "not every run ran");
+    let mut inside = 0;
+    for (time, start) in &events {
+        inside += if *start { 1 } else { -1 };
+        assert!((0..=1).contains(&inside), "overlapping holders at {time}");
+    }
+}
