@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::util::{RedisServer, wait_until};
+use crate::util::{RedisServer, field_names, wait_until};
 
 const HOLDERS: &str = "redlock:{deploy}:holders";
 const FENCE: &str = "redlock:{deploy}:fence";
@@ -36,28 +36,17 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
         .run();
     out.code(0);
     let view = out.json();
-    let mut fields: Vec<&str> = view
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    fields.sort_unstable();
-    assert_eq!(fields, ["fence", "holders", "key", "mode", "state"]);
+    assert_eq!(
+        field_names(&view),
+        ["fence", "holders", "key", "mode", "state"]
+    );
     assert_eq!(view["key"], "deploy");
     assert_eq!(view["state"], "held");
     assert_eq!(view["mode"], "exclusive");
     assert_eq!(view["fence"], 1);
     let holder = &view["holders"][0];
-    let mut fields: Vec<&str> = holder
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    fields.sort_unstable();
     assert_eq!(
-        fields,
+        field_names(holder),
         [
             "command",
             "fence",
@@ -133,14 +122,7 @@ fn json_acquire_and_fences_strictly_increase() {
             .run();
         out.code(0);
         let grant = out.json();
-        let mut fields: Vec<&str> = grant
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        fields.sort_unstable();
-        assert_eq!(fields, ["fence", "key", "token", "ttl_ms"]);
+        assert_eq!(field_names(&grant), ["fence", "key", "token", "ttl_ms"]);
         assert_eq!(grant["key"], "deploy");
         assert_eq!(grant["ttl_ms"], 60_000);
         let fence = grant["fence"].as_u64().unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::util::{RedisServer, TempDir, alive, wait_for_file, wait_until, wall_ms};
+use crate::util::{RedisServer, Running, TempDir, alive, wait_for_file, wait_until, wall_ms};
 
 const HOLDERS: &str = "redlock:{job}:holders";
 const FENCE: &str = "redlock:{job}:fence";
@@ -26,6 +26,24 @@ fn trapping_probe(dir: &Path, signal: &str, then: &str) -> String {
     format!(
         "trap 'date +%s%3N > {dir}/got; {then}' {signal}; echo $$ > {dir}/pid; while :; do sleep 0.05; done"
     )
+}
+
+/// Starts `run --ttl 3s` on a probe that exits 1 on SIGTERM; returns it once the probe runs,
+/// with the probe's pid.
+fn start_term_probe(server: &RedisServer, dir: &Path) -> (Running, u32) {
+    let running = server
+        .redlock(&run_args("3s", &trapping_probe(dir, "TERM", "exit 1")))
+        .spawn();
+    let pid = wait_for_file(&dir.join("pid"), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (running, pid)
+}
+
+/// The current holder's record, as stored by the scripts.
+fn holder_record(server: &RedisServer) -> serde_json::Value {
+    let records: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+    serde_json::from_str(&records[0]).unwrap()
 }
 
 fn lock_is_free(server: &RedisServer) -> bool {
@@ -211,13 +229,7 @@ fn a_deleted_or_stolen_key_stops_the_command_at_once_with_125() {
     let server = RedisServer::start();
     for steal in [false, true] {
         let dir = TempDir::new("stolen");
-        let running = server
-            .redlock(&run_args(
-                "3s",
-                &trapping_probe(dir.path(), "TERM", "exit 1"),
-            ))
-            .spawn();
-        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        let (running, _) = start_term_probe(&server, dir.path());
         let taken = std::time::Instant::now();
         server.cmd::<()>(&["DEL", HOLDERS]);
         if steal {
@@ -253,20 +265,10 @@ fn a_deleted_or_stolen_key_stops_the_command_at_once_with_125() {
 fn a_hung_server_stops_the_command_before_the_lease_lapses() {
     let server = RedisServer::start();
     let dir = TempDir::new("hung");
-    let running = server
-        .redlock(&run_args(
-            "3s",
-            &trapping_probe(dir.path(), "TERM", "exit 1"),
-        ))
-        .spawn();
-    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(10))
-        .parse()
-        .unwrap();
+    let (running, pid) = start_term_probe(&server, dir.path());
     server.cmd::<()>(&["CLIENT", "PAUSE", "8000", "WRITE"]);
     // No renewal can succeed from here on: this expiry is final.
-    let holder: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
-    let holder: serde_json::Value = serde_json::from_str(&holder[0]).unwrap();
-    let expiry = holder["exp"].as_u64().unwrap();
+    let expiry = holder_record(&server)["exp"].as_u64().unwrap();
     let dead = wait_until(Duration::from_secs(5), || !alive(pid));
     let dead_at = wall_ms();
     assert!(dead, "the command is still running");
@@ -289,15 +291,8 @@ fn a_stopped_or_killed_server_stops_the_command_with_125() {
     for how in ["STOP", "KILL"] {
         let server = RedisServer::start();
         let dir = TempDir::new("server-gone");
-        let running = server
-            .redlock(&run_args(
-                "3s",
-                &trapping_probe(dir.path(), "TERM", "exit 1"),
-            ))
-            .spawn();
-        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
-        let before: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
-        let before: serde_json::Value = serde_json::from_str(&before[0]).unwrap();
+        let (running, _) = start_term_probe(&server, dir.path());
+        let before = holder_record(&server);
         let gone_at = wall_ms();
         std::process::Command::new("kill")
             .args([&format!("-{how}"), &server.pid().to_string()])

@@ -315,6 +315,18 @@ impl Running {
     }
 }
 
+/// The keys of a JSON object, sorted.
+pub fn field_names(value: &serde_json::Value) -> Vec<&str> {
+    let mut names: Vec<&str> = value
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 /// Whether process `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
