@@ -157,9 +157,9 @@ pub enum Command {
     Completions(CompletionsArgs),
 }
 
-/// Run a command while holding a lock; exit 75 at once if someone else holds it
+/// Run a command while holding a lock; exit 75 if someone else holds it
 ///
-/// Takes the lock, runs the command (argv directly, no shell, unless -c) in its own process
+/// Takes the lock (waiting for it with --wait), runs the command (argv directly, no shell, unless -c) in its own process
 /// group, renews the lease every ttl/3 while it runs, and releases the lock once the command
 /// and everything in its group are gone. Exits with the command's own status (128+N if it died
 /// of signal N).
@@ -181,6 +181,13 @@ pub struct RunArgs {
     /// Lease, renewed while the command runs; how long the lock outlives a crashed host
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
+
+    /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
+    ///
+    /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
+    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
+    pub wait: crate::waiting::Wait,
 
     /// Renew the lease this often [default: ttl/3]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
@@ -230,7 +237,7 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// Take a lock and print its token; exit 75 at once if someone else holds it
+/// Take a lock and print its token; exit 75 if someone else holds it
 ///
 /// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms).
 /// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
@@ -243,6 +250,13 @@ pub struct AcquireArgs {
     /// Lease: the lock expires this long after acquisition unless extended (e.g. 30s, 10m, 90)
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
+
+    /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
+    ///
+    /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
+    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
+    pub wait: crate::waiting::Wait,
 
     /// Print a JSON object instead of the bare token
     #[arg(long)]

@@ -110,6 +110,11 @@ impl Session {
             .with_context(|| self.server.clone())
     }
 
+    /// The bound on each command now in force.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     /// The server's URL with the password hidden.
     pub fn server(&self) -> &str {
         &self.server

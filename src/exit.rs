@@ -116,6 +116,8 @@ pub enum Done {
     Reported(Failure),
     /// `run`: the command ran to its end; its status passes through.
     Child(ChildStatus),
+    /// Signal N ended the wait for the lock: 128 + N, as a shell reports it.
+    Interrupted(i32),
 }
 
 /// How the supervised command ended.
@@ -141,6 +143,7 @@ impl Done {
             Done::Success => OK,
             Done::Reported(failure) => failure_code(failure, busy_code),
             Done::Child(status) => status.code(),
+            Done::Interrupted(signal) => ChildStatus::Signaled(signal).code(),
         }
     }
 }

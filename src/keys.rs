@@ -77,6 +77,8 @@ impl Prefix {
         LockKeys {
             holders: format!("{base}:holders"),
             fence: format!("{base}:fence"),
+            queue: format!("{base}:queue"),
+            base,
         }
     }
 
@@ -110,6 +112,16 @@ pub struct LockKeys {
     pub holders: String,
     /// Counter bumped by every acquisition; the one key that never expires.
     pub fence: String,
+    /// Hash: one field per waiter id, value = queue entry (JSON); PEXPIRE = latest entry expiry.
+    pub queue: String,
+    base: String,
+}
+
+impl LockKeys {
+    /// The list a waiter blocks on until a script wakes it.
+    pub fn wake(&self, waiter_id: &str) -> String {
+        format!("{}:wake:{waiter_id}", self.base)
+    }
 }
 
 fn encode_tag(name: &str) -> String {

@@ -10,6 +10,7 @@ pub mod clock;
 mod cmd;
 pub mod conn;
 pub mod duration;
+mod events;
 pub mod exit;
 pub mod keeper;
 pub mod keys;
@@ -18,6 +19,7 @@ pub mod log;
 mod scripts;
 mod signals;
 pub mod supervisor;
+pub mod waiting;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -106,11 +106,64 @@ pub struct Holder {
     pub exp: u64,
 }
 
-impl Holder {
-    fn decode(json: &str) -> anyhow::Result<Self> {
-        serde_json::from_str(json)
-            .map_err(|err| anyhow::anyhow!("unreadable holder record {json:?}: {err}"))
+/// One queued waiter as stored in Redis (its token is never read back).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Queued {
+    pub host: String,
+    pub pid: u32,
+    pub user: String,
+    #[serde(rename = "cmd")]
+    pub command: String,
+    /// Joined the queue at (Unix ms, server time).
+    pub since: u64,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
+    serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
+}
+
+/// How long a queue entry lives unless its waiter refreshes it (every third of this).
+pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(30);
+/// How long a waiter handed the lock has to claim it before it passes on (a dead waiter's
+/// turn costs the queue at most this long).
+pub const GRANT: Duration = Duration::from_secs(2);
+
+/// How long a wake-up waits in a waiter's list; a live waiter takes it within milliseconds,
+/// so this only bounds what a dead waiter leaves behind.
+pub const WAKE_TTL: Duration = Duration::from_secs(5);
+
+/// A place in a lock's queue: the id that names its wake list, and the token it will hold.
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    pub id: String,
+    pub token: Token,
+}
+
+impl Waiter {
+    pub fn new() -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+            token: Token::generate(),
+        }
     }
+}
+
+impl Default for Waiter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether and how an acquisition queues.
+#[derive(Debug, Clone, Copy)]
+pub enum Queueing<'a> {
+    /// Fail fast: never join the queue.
+    No,
+    /// Join the queue (or refresh the entry) if the lock cannot be taken now.
+    Join(&'a Waiter),
+    /// Only take a lock handed over or reached at the head; never (re-)join. Used after the
+    /// first call, so a late call cannot take the lock after the waiter has left.
+    Stay(&'a Waiter),
 }
 
 /// A successful acquisition.
@@ -137,11 +190,18 @@ pub enum Release {
 #[derive(Debug)]
 pub enum Acquisition {
     Acquired(Lease),
-    /// Held by someone else; `now` is the server's time when checked.
+    /// Not acquired. `holder` is who holds it (None for a lock being handed over), `now` the
+    /// server's time; `position` in the queue (0 = not queued) of `length`; `hint`: when the
+    /// lock may change without anyone telling us (the holder's expiry, or the entry refresh).
     Busy {
-        holder: Holder,
+        holder: Option<Holder>,
         now: u64,
+        position: usize,
+        length: usize,
+        hint: Duration,
     },
+    /// `Queueing::Stay`, and the waiter is neither queued nor handed the lock any more.
+    Gone,
 }
 
 /// A lock's state at one instant of the server's clock.
@@ -154,6 +214,8 @@ pub struct LockState {
     pub last_fence: Option<u64>,
     /// Live holders, oldest first.
     pub holders: Vec<Holder>,
+    /// Live waiters, in queue order.
+    pub waiters: Vec<Queued>,
 }
 
 /// One lock under a prefix.
@@ -169,19 +231,28 @@ impl Lock {
         Self { name, keys }
     }
 
-    /// Takes the lock for `who` with a lease of `ttl`, or reports the current holder.
+    /// Takes the lock for `who` with a lease of `ttl` and `token`, or reports who holds it,
+    /// queueing as `queueing` says.
     pub fn acquire(
         &self,
         session: &mut Session,
+        token: &Token,
         ttl: Duration,
         who: &Identity,
+        queueing: Queueing<'_>,
     ) -> anyhow::Result<Acquisition> {
-        let token = Token::generate();
         let ttl_ms = millis(ttl)?;
-        let (granted, second, third): (i64, redis::Value, redis::Value) = session.run(|con| {
+        let (waiter_id, queued_only) = match queueing {
+            Queueing::No => ("", false),
+            Queueing::Join(waiter) => (waiter.id.as_str(), false),
+            Queueing::Stay(waiter) => (waiter.id.as_str(), true),
+        };
+        let reply: Vec<redis::Value> = session.run(|con| {
             scripts::ACQUIRE
                 .key(&self.keys.holders)
                 .key(&self.keys.fence)
+                .key(&self.keys.queue)
+                .key(self.keys.wake(waiter_id))
                 .arg(token.as_str())
                 .arg(ttl_ms)
                 .arg("exclusive")
@@ -189,25 +260,70 @@ impl Lock {
                 .arg(who.pid)
                 .arg(&who.user)
                 .arg(&who.command)
+                .arg(waiter_id)
+                .arg(if queued_only { "1" } else { "0" })
+                .arg(QUEUE_ENTRY_TTL.as_millis() as u64)
+                .arg(GRANT.as_millis() as u64)
+                .arg(WAKE_TTL.as_millis() as u64)
                 .invoke(con)
         })?;
-        if granted == 1 {
-            let fence: u64 = redis::from_redis_value(second)?;
-            let granted_at: u64 = redis::from_redis_value(third)?;
-            Ok(Acquisition::Acquired(Lease {
-                token,
-                fence,
+        let mut reply = reply.into_iter();
+        let mut next = || reply.next().unwrap_or(redis::Value::Nil);
+        let status: i64 = redis::from_redis_value(next())?;
+        match status {
+            1 => Ok(Acquisition::Acquired(Lease {
+                token: token.clone(),
+                fence: redis::from_redis_value(next())?,
                 ttl,
-                granted_at,
-            }))
-        } else {
-            let now: u64 = redis::from_redis_value(second)?;
-            let json: String = redis::from_redis_value(third)?;
-            Ok(Acquisition::Busy {
-                holder: Holder::decode(&json)?,
-                now,
-            })
+                granted_at: redis::from_redis_value(next())?,
+            })),
+            0 => {
+                let now = redis::from_redis_value(next())?;
+                let holder: Option<String> = redis::from_redis_value(next())?;
+                Ok(Acquisition::Busy {
+                    holder: holder.as_deref().map(decode).transpose()?,
+                    now,
+                    position: redis::from_redis_value(next())?,
+                    length: redis::from_redis_value(next())?,
+                    hint: Duration::from_millis(redis::from_redis_value(next())?),
+                })
+            }
+            _ => Ok(Acquisition::Gone),
         }
+    }
+
+    /// Leaves the queue, giving back a lock handed over in the meantime.
+    pub fn leave(&self, session: &mut Session, waiter: &Waiter) -> anyhow::Result<()> {
+        self.release_script(
+            session,
+            "leave",
+            Some(&waiter.token),
+            Duration::ZERO,
+            &waiter.id,
+        )
+        .map(drop)
+    }
+
+    /// Blocks until a script wakes `waiter` or `timeout` passes; `true` if woken.
+    pub fn wait_for_wake(
+        &self,
+        session: &mut Session,
+        waiter: &Waiter,
+        timeout: Duration,
+    ) -> anyhow::Result<bool> {
+        // The read timeout must outlast the block, or the server pops a wake-up for a client
+        // that has stopped listening and the wake-up is lost.
+        let command_timeout = session.command_timeout();
+        session.set_command_timeout(timeout + command_timeout.max(Duration::from_secs(1)))?;
+        let key = self.keys.wake(&waiter.id);
+        let popped: Option<(String, String)> = session.run(|con| {
+            redis::cmd("BLPOP")
+                .arg(&key)
+                .arg(format!("{:.3}", timeout.as_secs_f64().max(0.001)))
+                .query(con)
+        })?;
+        session.set_command_timeout(command_timeout)?;
+        Ok(popped.is_some())
     }
 
     /// Resets the lease of `token` to `ttl`. `false`: the token holds nothing (nothing changed).
@@ -229,70 +345,95 @@ impl Lock {
     }
 
     /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
-    /// since its acquisition is kept until then instead (and expires by itself).
+    /// since its acquisition is kept until then instead (and expires by itself). A released
+    /// lock goes to the head of the queue.
     pub fn release(
         &self,
         session: &mut Session,
         token: &Token,
         min_hold: Duration,
     ) -> anyhow::Result<Release> {
-        let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
-        let reply: redis::Value = session.run(|con| {
-            scripts::RELEASE
-                .key(&self.keys.holders)
-                .arg(token.as_str())
-                .arg(min_hold_ms)
-                .invoke(con)
-        })?;
-        Ok(match reply {
-            redis::Value::Int(1) => Release::Released,
-            redis::Value::Int(0) => Release::NotHeld,
-            kept => {
-                let (_, kept_ms): (i64, u64) = redis::from_redis_value(kept)?;
-                Release::Kept(Duration::from_millis(kept_ms))
-            }
-        })
+        Ok(
+            match self.release_script(session, "token", Some(token), min_hold, "")? {
+                redis::Value::Int(1) => Release::Released,
+                redis::Value::Int(0) => Release::NotHeld,
+                kept => {
+                    let (_, kept_ms): (i64, u64) = redis::from_redis_value(kept)?;
+                    Release::Kept(Duration::from_millis(kept_ms))
+                }
+            },
+        )
     }
 
     /// Removes every holder; returns the server time and the holders evicted.
     pub fn force_release(&self, session: &mut Session) -> anyhow::Result<(u64, Vec<Holder>)> {
-        let reply: Vec<String> =
-            session.run(|con| scripts::FORCE_RELEASE.key(&self.keys.holders).invoke(con))?;
+        let reply: Vec<String> = redis::from_redis_value(self.release_script(
+            session,
+            "force",
+            None,
+            Duration::ZERO,
+            "",
+        )?)?;
         let (now, holders) = reply
             .split_first()
-            .ok_or_else(|| anyhow::anyhow!("empty reply from force_release"))?;
+            .ok_or_else(|| anyhow::anyhow!("empty reply from release"))?;
         let holders = holders
             .iter()
-            .map(|json| Holder::decode(json))
+            .map(|json| decode(json))
             .collect::<anyhow::Result<_>>()?;
         Ok((now.parse()?, holders))
     }
 
-    /// Reads the lock's state without changing it.
-    pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
-        let reply: Vec<Option<String>> = session.run(|con| {
-            scripts::INSPECT
+    fn release_script(
+        &self,
+        session: &mut Session,
+        op: &str,
+        token: Option<&Token>,
+        min_hold: Duration,
+        waiter_id: &str,
+    ) -> anyhow::Result<redis::Value> {
+        let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
+        session.run(|con| {
+            scripts::RELEASE
                 .key(&self.keys.holders)
                 .key(&self.keys.fence)
+                .key(&self.keys.queue)
+                .key(self.keys.wake(waiter_id))
+                .arg(op)
+                .arg(token.map_or("", Token::as_str))
+                .arg(min_hold_ms)
+                .arg(waiter_id)
+                .arg(GRANT.as_millis() as u64)
+                .arg(WAKE_TTL.as_millis() as u64)
                 .invoke(con)
-        })?;
-        let mut reply = reply.into_iter();
-        let now = reply
-            .next()
-            .flatten()
-            .ok_or_else(|| anyhow::anyhow!("empty reply from inspect"))?
-            .parse()?;
-        let last_fence = reply.next().flatten().map(|f| f.parse()).transpose()?;
-        let mut holders = reply
-            .flatten()
-            .map(|json| Holder::decode(&json))
+        })
+    }
+
+    /// Reads the lock's state without changing it.
+    pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
+        let (now, last_fence, holders, waiters): (u64, Option<u64>, Vec<String>, Vec<String>) =
+            session.run(|con| {
+                scripts::INSPECT
+                    .key(&self.keys.holders)
+                    .key(&self.keys.fence)
+                    .key(&self.keys.queue)
+                    .invoke(con)
+            })?;
+        let mut holders = holders
+            .iter()
+            .map(|json| decode::<Holder>(json))
             .collect::<anyhow::Result<Vec<_>>>()?;
         holders.sort_by_key(|holder| (holder.since, holder.fence));
+        let waiters = waiters
+            .iter()
+            .map(|json| decode(json))
+            .collect::<anyhow::Result<_>>()?;
         Ok(LockState {
             name: self.name.clone(),
             now,
             last_fence,
             holders,
+            waiters,
         })
     }
 }

@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -26,52 +26,12 @@ use crate::child;
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
+use crate::events::{Event, Events};
 use crate::exit::{ChildStatus, Done, Failure, fail};
 use crate::keeper::{Keeper, Plan, Report};
 use crate::lock::{Lease, Lock, Release};
 use crate::log::Log;
-use crate::signals::{self, SignalWatch};
-
-/// Everything the supervisor hears about.
-#[derive(Debug)]
-pub enum Event {
-    Signal(i32),
-    Exited(ChildStatus),
-    /// The command was stopped (Ctrl-Z) while it owned the terminal.
-    Stopped,
-    Keeper(Report),
-}
-
-/// The channel the supervisor listens on, opened (with signal handlers installed) before the
-/// lock is taken, so that no signal between acquisition and spawn is lost.
-pub struct Events {
-    sender: Sender<Event>,
-    receiver: Receiver<Event>,
-    _signals: SignalWatch,
-}
-
-impl Events {
-    pub fn listen() -> anyhow::Result<Self> {
-        let (sender, receiver) = mpsc::channel();
-        let forward = sender.clone();
-        let signals = SignalWatch::start(move |signal| {
-            let _ = forward.send(Event::Signal(signal));
-        })?;
-        Ok(Self {
-            sender,
-            receiver,
-            _signals: signals,
-        })
-    }
-
-    /// A terminating signal that arrived so far, if any (others are dropped: no child yet).
-    pub fn pending_signal(&self) -> Option<i32> {
-        self.receiver.try_iter().find_map(|event| match event {
-            Event::Signal(signal) => Some(signal),
-            _ => None,
-        })
-    }
-}
+use crate::signals;
 
 /// What to run under the lock.
 pub struct Job {
@@ -110,7 +70,7 @@ pub fn supervise(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
         ));
-        return Ok(Done::Child(ChildStatus::Signaled(signal)));
+        return Ok(Done::Interrupted(signal));
     }
     // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
     if BootInstant::now() >= plan.term_at(valid_until) {
@@ -145,8 +105,8 @@ pub fn supervise(
     };
     let started = BootInstant::now();
     log.step(format_args!("started pid {}", child.pid));
-    start_reaper(child.pid, job.foreground, events.sender.clone())?;
-    let keeper_events = events.sender.clone();
+    start_reaper(child.pid, job.foreground, events.sender())?;
+    let keeper_events = events.sender();
     let keeper = Keeper::start(
         session,
         Arc::new(target.clone()),
@@ -186,7 +146,7 @@ pub fn supervise(
         for at in [kill_at, max_runtime_at].into_iter().flatten() {
             wake = wake.min(at);
         }
-        match events.receiver.recv_timeout(wake.nap()) {
+        match events.recv_timeout(wake.nap()) {
             Ok(Event::Signal(signal)) => {
                 let Ok(sig) = Signal::try_from(signal) else {
                     continue;
@@ -243,7 +203,8 @@ pub fn supervise(
                 }
                 trouble = Some(why);
             }
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            Ok(Event::Waiter(_))
+            | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
 
         let now = BootInstant::now();

@@ -38,7 +38,7 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
     let view = out.json();
     assert_eq!(
         field_names(&view),
-        ["fence", "holders", "key", "mode", "state"]
+        ["fence", "holders", "key", "mode", "state", "waiters"]
     );
     assert_eq!(view["key"], "deploy");
     assert_eq!(view["state"], "held");

@@ -8,3 +8,4 @@ mod commands;
 mod contention;
 mod docs;
 mod run;
+mod waiting;

@@ -584,6 +584,12 @@ fn a_terminal_reaches_the_command_and_ctrl_c_stops_it() {
 
 #[test]
 fn eight_loops_of_twenty_five_runs_never_overlap() {
+    exclusion_loops(&[]);
+}
+
+/// 8 loops × 25 `redlock run` of a child that logs its start and end; a busy lock (75) is
+/// retried after a short pause. Asserts all 200 ran and no two intervals overlap.
+pub(crate) fn exclusion_loops(extra_args: &[&str]) {
     const LOOPS: usize = 8;
     const RUNS: usize = 25;
     let server = Arc::new(RedisServer::start());
@@ -593,19 +599,21 @@ fn eight_loops_of_twenty_five_runs_never_overlap() {
         "echo \"$(date +%s%N) start\" >> {log}; sleep 0.01; echo \"$(date +%s%N) end\" >> {log}",
         log = log.display()
     );
+    let mut args: Vec<String> = ["run", "-q", "--key", "job"].map(str::to_owned).to_vec();
+    args.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+    args.extend(["--", "sh", "-c", &script].map(str::to_owned));
     let failures = Arc::new(Mutex::new(Vec::new()));
     let loops: Vec<_> = (0..LOOPS)
         .map(|n| {
             let server = Arc::clone(&server);
-            let script = script.clone();
+            let args = args.clone();
             let failures = Arc::clone(&failures);
             std::thread::spawn(move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 for _ in 0..RUNS {
                     let mut tries = 0;
                     loop {
-                        let out = server
-                            .redlock(&["run", "-q", "--key", "job", "--", "sh", "-c", &script])
-                            .run();
+                        let out = server.redlock(&args).run();
                         match out.status.code() {
                             Some(0) => break,
                             Some(75) if tries < 3000 => {

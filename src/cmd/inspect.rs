@@ -18,6 +18,20 @@ pub(super) struct LockView<'a> {
     /// Last fencing token issued for this name (held or not).
     fence: Option<u64>,
     holders: Vec<HolderView<'a>>,
+    /// Queued waiters, in the order they will get the lock.
+    waiters: Vec<WaiterView<'a>>,
+}
+
+#[derive(Serialize)]
+struct WaiterView<'a> {
+    position: usize,
+    host: &'a str,
+    pid: u32,
+    user: &'a str,
+    command: &'a str,
+    since: String,
+    since_ms: u64,
+    waited_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -59,6 +73,21 @@ impl<'a> LockView<'a> {
                     held_ms: state.now.saturating_sub(holder.since),
                     ttl_ms: holder.ttl,
                     ttl_left_ms: holder.exp.saturating_sub(state.now),
+                })
+                .collect(),
+            waiters: state
+                .waiters
+                .iter()
+                .enumerate()
+                .map(|(index, waiter)| WaiterView {
+                    position: index + 1,
+                    host: &waiter.host,
+                    pid: waiter.pid,
+                    user: &waiter.user,
+                    command: &waiter.command,
+                    since: rfc3339(waiter.since),
+                    since_ms: waiter.since,
+                    waited_ms: state.now.saturating_sub(waiter.since),
                 })
                 .collect(),
         }
@@ -110,6 +139,33 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
                 );
                 print_line(table(&rows))?;
             }
+        }
+        if !state.waiters.is_empty() {
+            let mut rows = vec![
+                [
+                    "QUEUE",
+                    "HOST",
+                    "PID",
+                    "USER",
+                    "COMMAND",
+                    "WAITING SINCE",
+                    "WAITED",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+            ];
+            rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
+                vec![
+                    (index + 1).to_string(),
+                    printable(&waiter.host),
+                    waiter.pid.to_string(),
+                    printable(&waiter.user),
+                    printable(&waiter.command),
+                    rfc3339(waiter.since),
+                    duration::display(elapsed(waiter.since, state.now)),
+                ]
+            }));
+            print_line(table(&rows))?;
         }
     }
     Ok(if state.holders.is_empty() {

@@ -25,7 +25,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         context.log.step("no locks are held under this prefix");
         return Ok(Done::Success);
     }
-    let mut header = vec!["KEY".to_owned(), "MODE".to_owned(), "HOLDERS".to_owned()];
+    let mut header = ["KEY", "MODE", "HOLDERS", "WAITERS"]
+        .map(str::to_owned)
+        .to_vec();
     header.extend(HOLDER_HEADER.map(str::to_owned));
     let mut rows = vec![header];
     for state in &locks {
@@ -36,6 +38,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             printable(state.name.as_str()),
             first.mode.clone(),
             state.holders.len().to_string(),
+            state.waiters.len().to_string(),
         ];
         row.extend(holder_cells(first, state.now));
         rows.push(row);

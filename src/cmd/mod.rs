@@ -24,6 +24,7 @@ use crate::exit::{Done, Failure, fail};
 use crate::keys::Prefix;
 use crate::lock::Holder;
 use crate::log::Log;
+use crate::waiting::Wait;
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -145,6 +146,22 @@ fn elapsed(from_ms: u64, to_ms: u64) -> Duration {
 
 fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
+}
+
+/// The error for a lock that stayed busy: names the holder, and the wait if there was one.
+fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Error {
+    let who = holder.map_or_else(
+        || "being handed to the next waiter".to_owned(),
+        |holder| format!("held by {}", describe(holder, now)),
+    );
+    let message = match wait {
+        Wait::UpTo(limit) => format!(
+            "lock '{key}' is still busy after waiting {}: {who}",
+            duration::display(limit)
+        ),
+        Wait::No | Wait::Forever => format!("lock '{key}' is busy: {who}"),
+    };
+    fail(Failure::Busy, message)
 }
 
 /// One line naming a holder, for busy notices and force-release audits.

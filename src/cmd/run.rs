@@ -4,15 +4,16 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Context, describe};
+use super::{Context, busy};
 use crate::cli::RunArgs;
-use crate::clock::BootInstant;
 use crate::conn::redact_url;
-use crate::exit::{ChildStatus, Done, Failure, fail};
+use crate::events::Events;
+use crate::exit::{Done, Failure, fail};
 use crate::keeper::Plan;
 use crate::keys::LockName;
-use crate::lock::{Acquisition, Identity, Lock};
-use crate::supervisor::{self, Events, Job};
+use crate::lock::{Identity, Lock};
+use crate::supervisor::{self, Job};
+use crate::waiting::{self, Outcome};
 use crate::{child, duration};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
@@ -37,22 +38,28 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     };
 
     let events = Events::listen()?;
-    let mut session = context.connect()?;
+    let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
     let who = Identity::current(&command_line(&argv));
-    let sent = BootInstant::now();
-    let lease = match lock.acquire(&mut session, plan.ttl, &who)? {
-        Acquisition::Busy { holder, now } => {
-            if let Some(signal) = events.pending_signal() {
-                return Ok(Done::Child(ChildStatus::Signaled(signal)));
-            }
-            return Err(fail(
-                Failure::Busy,
-                format!("lock '{key}' is busy: held by {}", describe(&holder, now)),
-            ));
-        }
-        Acquisition::Acquired(lease) => lease,
+    let outcome = waiting::acquire(
+        &events,
+        session,
+        &context.target,
+        &lock,
+        plan.ttl,
+        &who,
+        args.wait,
+        context.log,
+    )?;
+    let (lease, sent, session) = match outcome {
+        Outcome::Busy { holder, now } => return Err(busy(key, holder.as_ref(), now, args.wait)),
+        Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
+        Outcome::Acquired {
+            lease,
+            sent,
+            session,
+        } => (lease, sent, session),
     };
     context.log.step(format_args!(
         "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",

@@ -212,6 +212,13 @@ impl Redlock {
         self
     }
 
+    pub fn args(mut self, args: &[&str]) -> Self {
+        for arg in args {
+            self = self.arg(arg);
+        }
+        self
+    }
+
     pub fn env(mut self, name: &str, value: &str) -> Self {
         self.command.env(name, value);
         self

@@ -1,0 +1,59 @@
+//! The one channel a waiting or supervising redlock listens on. Threads (signal watch, queue
+//! waiter, reaper, keeper) only report into it; the thread that owns the channel decides.
+//! It is opened, with signal handlers installed, before the lock is requested, so that no
+//! signal between a grant and the start of the command is lost.
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use crate::exit::ChildStatus;
+use crate::keeper::Report;
+use crate::signals::SignalWatch;
+use crate::waiting::WaiterReport;
+
+/// Everything a waiting or supervising redlock hears about.
+pub enum Event {
+    Signal(i32),
+    Exited(ChildStatus),
+    /// The command was stopped (Ctrl-Z) while it owned the terminal.
+    Stopped,
+    Keeper(Report),
+    Waiter(WaiterReport),
+}
+
+pub struct Events {
+    sender: Sender<Event>,
+    receiver: Receiver<Event>,
+    _signals: SignalWatch,
+}
+
+impl Events {
+    pub fn listen() -> anyhow::Result<Self> {
+        let (sender, receiver) = mpsc::channel();
+        let forward = sender.clone();
+        let signals = SignalWatch::start(move |signal| {
+            let _ = forward.send(Event::Signal(signal));
+        })?;
+        Ok(Self {
+            sender,
+            receiver,
+            _signals: signals,
+        })
+    }
+
+    pub fn sender(&self) -> Sender<Event> {
+        self.sender.clone()
+    }
+
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Event, RecvTimeoutError> {
+        self.receiver.recv_timeout(timeout)
+    }
+
+    /// A signal that arrived so far, if any; other events are dropped (none matter yet).
+    pub fn pending_signal(&self) -> Option<i32> {
+        self.receiver.try_iter().find_map(|event| match event {
+            Event::Signal(signal) => Some(signal),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,374 @@
+//! Waiting for a lock in its FIFO queue, without polling.
+//!
+//! The first attempt joins the queue (one script call). A waiter thread then blocks on the
+//! waiter's own wake list (BLPOP), which scripts push to when the lock is handed to it or when
+//! it should look again; each block lasts at most until the holder's expiry (for the first two
+//! in line), the queue entry's refresh, or the end of `--wait`. After every wake-up the thread
+//! makes one script call that claims the lock or refreshes its place; that call may only claim
+//! (never re-join), so nothing it does after the waiter gave up can take the lock.
+//!
+//! The calling thread meanwhile listens for signals and the `--wait` deadline: either makes it
+//! leave the queue (giving back a lock handed over in the meantime) at once, and it keeps the
+//! live status line on stderr.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use crate::clock::{BootInstant, MAX_NAP};
+use crate::conn::{Session, Target};
+use crate::duration;
+use crate::events::{Event, Events};
+use crate::lock::{Acquisition, Holder, Identity, Lease, Lock, QUEUE_ENTRY_TTL, Queueing, Waiter};
+use crate::log::Log;
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Fail at once (the default: a waiting cron host would run the job a second time).
+    No,
+    UpTo(Duration),
+    Forever,
+}
+
+impl Wait {
+    /// `0`, a duration, or `forever` / `inf`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "0" | "0s" => Ok(Wait::No),
+            "forever" | "inf" | "infinity" => Ok(Wait::Forever),
+            other => duration::parse(other).map(Wait::UpTo),
+        }
+    }
+}
+
+/// What the waiter thread reports.
+pub enum WaiterReport {
+    Acquired {
+        lease: Lease,
+        sent: BootInstant,
+        session: Session,
+    },
+    Queued(Place),
+    /// The queue entry is gone (it expired while this process was suspended).
+    Gone,
+    Failed(anyhow::Error),
+}
+
+/// Where a waiter stands, as last reported by Redis.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub holder: Option<Holder>,
+    /// Server time of the report (Unix ms).
+    pub now: u64,
+    pub position: usize,
+    pub length: usize,
+    received: BootInstant,
+}
+
+/// How an acquisition ended.
+pub enum Outcome {
+    Acquired {
+        lease: Lease,
+        /// When the confirming request was sent: the lease is ours until `sent + ttl`.
+        sent: BootInstant,
+        session: Session,
+    },
+    /// Busy, and not waiting (or the wait ran out): who held it, at server time `now`.
+    Busy { holder: Option<Holder>, now: u64 },
+    /// A terminating signal arrived while waiting; the queue was left.
+    Interrupted(i32),
+}
+
+/// Takes the lock, waiting in its queue as `wait` allows.
+#[allow(clippy::too_many_arguments)]
+pub fn acquire(
+    events: &Events,
+    mut session: Session,
+    target: &Target,
+    lock: &Lock,
+    ttl: Duration,
+    who: &Identity,
+    wait: Wait,
+    log: Log,
+) -> anyhow::Result<Outcome> {
+    let waiter = Waiter::new();
+    let started = BootInstant::now();
+    let deadline = match wait {
+        Wait::UpTo(limit) => Some(started + limit),
+        Wait::No | Wait::Forever => None,
+    };
+    let mut status = Status::new(lock.name.as_str(), log, started);
+    loop {
+        let queueing = if wait == Wait::No {
+            Queueing::No
+        } else {
+            Queueing::Join(&waiter)
+        };
+        let sent = BootInstant::now();
+        let (holder, now, position, length, hint) =
+            match lock.acquire(&mut session, &waiter.token, ttl, who, queueing)? {
+                Acquisition::Acquired(lease) => {
+                    return Ok(Outcome::Acquired {
+                        lease,
+                        sent,
+                        session,
+                    });
+                }
+                Acquisition::Busy {
+                    holder,
+                    now,
+                    position,
+                    length,
+                    hint,
+                } => (holder, now, position, length, hint),
+                Acquisition::Gone => anyhow::bail!("the lock's queue answered for a stranger"),
+            };
+        if wait == Wait::No || deadline.is_some_and(|at| BootInstant::now() >= at) {
+            return Ok(Outcome::Busy { holder, now });
+        }
+        status.update(Place {
+            holder,
+            now,
+            position,
+            length,
+            received: BootInstant::now(),
+        });
+
+        let abandoned = Arc::new(AtomicBool::new(false));
+        start_waiter(
+            target.clone(),
+            lock.clone(),
+            waiter.clone(),
+            ttl,
+            who.clone(),
+            hint,
+            deadline,
+            Arc::clone(&abandoned),
+            events.sender(),
+        )?;
+        let give_up = |session: &mut Session, status: &Status| {
+            abandoned.store(true, Ordering::SeqCst);
+            status.clear();
+            lock.leave(session, &waiter)
+        };
+        loop {
+            let nap = deadline.map_or(MAX_NAP, BootInstant::nap);
+            match events.recv_timeout(nap) {
+                Ok(Event::Signal(signal)) if terminates(signal) => {
+                    give_up(&mut session, &status)?;
+                    return Ok(Outcome::Interrupted(signal));
+                }
+                Ok(Event::Waiter(WaiterReport::Acquired {
+                    lease,
+                    sent,
+                    session,
+                })) => {
+                    status.acquired();
+                    return Ok(Outcome::Acquired {
+                        lease,
+                        sent,
+                        session,
+                    });
+                }
+                Ok(Event::Waiter(WaiterReport::Queued(place))) => status.update(place),
+                Ok(Event::Waiter(WaiterReport::Gone)) => break,
+                Ok(Event::Waiter(WaiterReport::Failed(err))) => {
+                    let _ = give_up(&mut session, &status);
+                    return Err(err);
+                }
+                Ok(_) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+            if deadline.is_some_and(|at| BootInstant::now() >= at) {
+                give_up(&mut session, &status)?;
+                let (holder, now) = status
+                    .place
+                    .as_ref()
+                    .map_or((None, 0), |place| (place.holder.clone(), place.now));
+                return Ok(Outcome::Busy { holder, now });
+            }
+            status.redraw_if_due();
+        }
+        // Our entry expired (this process was suspended): join again, at the back.
+        log.warn(format_args!(
+            "dropped from the queue of lock '{}' (its entry expired); queueing again",
+            lock.name.as_str()
+        ));
+    }
+}
+
+/// INT, TERM, HUP and QUIT end a wait; USR1/USR2 have no command to go to yet.
+fn terminates(signal: i32) -> bool {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    [SIGINT, SIGTERM, SIGHUP, SIGQUIT].contains(&signal)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_waiter(
+    target: Target,
+    lock: Lock,
+    waiter: Waiter,
+    ttl: Duration,
+    who: Identity,
+    first_hint: Duration,
+    deadline: Option<BootInstant>,
+    abandoned: Arc<AtomicBool>,
+    events: Sender<Event>,
+) -> std::io::Result<()> {
+    let report = move |report| {
+        let _ = events.send(Event::Waiter(report));
+    };
+    std::thread::Builder::new()
+        .name("waiter".into())
+        .spawn(move || {
+            let mut session = match target.connect() {
+                Ok(session) => session,
+                Err(err) => return report(WaiterReport::Failed(err)),
+            };
+            let mut hint = first_hint;
+            loop {
+                // Just past the holder's expiry, so a crashed holder is taken over promptly.
+                let mut block = (hint + Duration::from_millis(10)).min(QUEUE_ENTRY_TTL / 3);
+                if let Some(deadline) = deadline {
+                    block = block.min(deadline.remaining());
+                }
+                if block.is_zero() || abandoned.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Err(err) = lock.wait_for_wake(&mut session, &waiter, block) {
+                    return report(WaiterReport::Failed(err));
+                }
+                if abandoned.load(Ordering::SeqCst) {
+                    return;
+                }
+                let sent = BootInstant::now();
+                match lock.acquire(
+                    &mut session,
+                    &waiter.token,
+                    ttl,
+                    &who,
+                    Queueing::Stay(&waiter),
+                ) {
+                    Ok(Acquisition::Acquired(lease)) => {
+                        return report(WaiterReport::Acquired {
+                            lease,
+                            sent,
+                            session,
+                        });
+                    }
+                    Ok(Acquisition::Busy {
+                        holder,
+                        now,
+                        position,
+                        length,
+                        hint: next,
+                    }) => {
+                        hint = next;
+                        report(WaiterReport::Queued(Place {
+                            holder,
+                            now,
+                            position,
+                            length,
+                            received: BootInstant::now(),
+                        }));
+                    }
+                    Ok(Acquisition::Gone) => return report(WaiterReport::Gone),
+                    Err(err) => return report(WaiterReport::Failed(err)),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// The "waiting for ..." line: redrawn in place on a terminal, else printed once when waiting
+/// starts and once when the lock is acquired. Silenced by `-q`.
+struct Status<'a> {
+    key: &'a str,
+    log: Log,
+    terminal: bool,
+    started: BootInstant,
+    place: Option<Place>,
+    drawn_at: Option<BootInstant>,
+}
+
+impl<'a> Status<'a> {
+    fn new(key: &'a str, log: Log, started: BootInstant) -> Self {
+        Self {
+            key,
+            log,
+            terminal: !log.quiet && std::io::stderr().is_terminal(),
+            started,
+            place: None,
+            drawn_at: None,
+        }
+    }
+
+    fn line(&self) -> String {
+        let waited = duration::display(BootInstant::now().since(self.started));
+        let Some(place) = &self.place else {
+            return format!("waiting for lock '{}'; waited {waited}", self.key);
+        };
+        let holder = match &place.holder {
+            Some(holder) => {
+                let held = Duration::from_millis(place.now.saturating_sub(holder.since))
+                    + BootInstant::now().since(place.received);
+                format!(
+                    "held by {} pid {} ({}) for {}",
+                    holder.host,
+                    holder.pid,
+                    holder.command,
+                    duration::display(held)
+                )
+            }
+            None => "being handed over".to_owned(),
+        };
+        format!(
+            "waiting for lock '{}': {holder}; position {} of {}; waited {waited}",
+            self.key, place.position, place.length
+        )
+    }
+
+    fn update(&mut self, place: Place) {
+        let first = self.place.is_none();
+        self.place = Some(place);
+        if self.terminal {
+            self.draw();
+        } else if first {
+            self.log.notice(self.line());
+        }
+    }
+
+    fn redraw_if_due(&mut self) {
+        if self.terminal
+            && self
+                .drawn_at
+                .is_none_or(|at| BootInstant::now().since(at) >= Duration::from_secs(1))
+        {
+            self.draw();
+        }
+    }
+
+    fn draw(&mut self) {
+        let mut stderr = std::io::stderr().lock();
+        let _ = write!(stderr, "\r\x1b[Kredlock: {}", self.line());
+        let _ = stderr.flush();
+        self.drawn_at = Some(BootInstant::now());
+    }
+
+    fn clear(&self) {
+        if self.terminal && self.drawn_at.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+
+    fn acquired(&self) {
+        self.clear();
+        self.log.notice(format_args!(
+            "acquired lock '{}' after waiting {}",
+            self.key,
+            duration::display(BootInstant::now().since(self.started))
+        ));
+    }
+}

@@ -1,0 +1,300 @@
+//! `--wait`: FIFO order, crash safety of the queue, prompt take-over from a dead holder,
+//! signals while waiting, and no polling (Redis commands per acquisition do not grow with the
+//! hold time).
+
+use std::time::{Duration, Instant};
+
+use crate::util::{RedisServer, Running, TempDir, wait_for_file, wait_until, wall_ms};
+
+fn waiters(server: &RedisServer) -> usize {
+    let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
+    out.json()["waiters"].as_array().map_or(0, Vec::len)
+}
+
+/// Starts a waiting `run` of `script` and returns once it is queued as waiter `position`.
+fn queue_run(server: &RedisServer, script: &str, position: usize) -> Running {
+    let running = server
+        .redlock(&[
+            "run", "--key", "job", "--wait", "60s", "--", "sh", "-c", script,
+        ])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || waiters(server) == position),
+        "waiter {position} did not queue"
+    );
+    running
+}
+
+fn hold(server: &RedisServer, ttl: &str) -> String {
+    let out = server
+        .redlock(&["acquire", "--key", "job", "--ttl", ttl])
+        .run();
+    out.code(0);
+    out.stdout.trim().to_owned()
+}
+
+#[test]
+fn ten_waiters_acquire_in_arrival_order() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("fifo");
+    let order = dir.path().join("order");
+    let token = hold(&server, "60s");
+    let running: Vec<Running> = (0..10)
+        .map(|n| queue_run(&server, &format!("echo {n} >> {}", order.display()), n + 1))
+        .collect();
+    let out = server.redlock(&["inspect", "--key", "job"]).run();
+    out.code(0)
+        .stdout_contains("QUEUE")
+        .stdout_contains("echo 9 >>");
+
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    for waiter in running {
+        waiter.wait(Duration::from_secs(30)).code(0);
+    }
+    let ran: Vec<String> = std::fs::read_to_string(&order)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(ran, (0..10).map(|n| n.to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        server.keys(),
+        ["redlock:{job}:fence"],
+        "the queue left keys behind"
+    );
+}
+
+#[test]
+fn a_newcomer_does_not_barge_past_the_queue() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let queued = queue_run(&server, "sleep 1", 1);
+    // Released and immediately requested by a stranger: the lock is already the waiter's.
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s"])
+        .run()
+        .code(75);
+    queued.wait(Duration::from_secs(10)).code(0);
+}
+
+#[test]
+fn killed_waiters_do_not_stall_the_queue() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("dead-waiter");
+    let done = |name: &str| format!("touch {}/{name}", dir.path().display());
+    let token = hold(&server, "60s");
+    // The head and a waiter in the middle die; the others must still get their turn.
+    let dead_head = queue_run(&server, &done("dead-head"), 1);
+    let first = queue_run(&server, &done("first"), 2);
+    let dead_middle = queue_run(&server, &done("dead-middle"), 3);
+    let last = queue_run(&server, &done("last"), 4);
+    dead_head.signal("KILL");
+    dead_middle.signal("KILL");
+    let _ = dead_head.wait(Duration::from_secs(5));
+    let _ = dead_middle.wait(Duration::from_secs(5));
+
+    let released = Instant::now();
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    first.wait(Duration::from_secs(10)).code(0);
+    last.wait(Duration::from_secs(10)).code(0);
+    // Each dead waiter costs at most its 2 s grant.
+    assert!(
+        released.elapsed() < Duration::from_secs(7),
+        "the queue took {:?}",
+        released.elapsed()
+    );
+    assert!(dir.path().join("first").exists() && dir.path().join("last").exists());
+    assert!(!dir.path().join("dead-head").exists());
+    // What the dead waiters leave (their wake lists) expires within 5 s.
+    assert!(
+        wait_until(Duration::from_secs(7), || server.keys()
+            == ["redlock:{job}:fence"]),
+        "left behind: {:?}",
+        server.keys()
+    );
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_is_taken_over_right_at_its_expiry() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("dead-holder");
+    let holder = server
+        .redlock(&["run", "--key", "job", "--ttl", "2s", "--", "sleep", "60"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .redlock(&["inspect", "--key", "job", "-q"])
+        .run()
+        .status
+        .success()));
+    let got = dir.path().join("got");
+    let waiter = queue_run(&server, &format!("date +%s%3N > {}", got.display()), 1);
+    holder.signal("KILL");
+    let killed_at = wall_ms();
+    let _ = holder.wait(Duration::from_secs(5));
+    // Dead now: this expiry is final.
+    let records: Vec<String> = server.cmd(&["HVALS", "redlock:{job}:holders"]);
+    let record: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
+    let expiry = record["exp"].as_u64().unwrap();
+    waiter.wait(Duration::from_secs(10)).code(0);
+    let got_at: u64 = wait_for_file(&got, Duration::from_secs(1)).parse().unwrap();
+    assert!(
+        got_at <= killed_at + 3000,
+        "taken over {} ms after the kill",
+        got_at - killed_at
+    );
+    assert!(got_at >= expiry, "taken before the lease expired");
+    assert!(
+        got_at - expiry < 500,
+        "taken over {} ms after the lease expired",
+        got_at - expiry
+    );
+}
+
+#[test]
+fn a_signal_or_the_end_of_the_wait_leaves_the_queue_at_once() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let waiter = server
+            .redlock(&[
+                "acquire", "--key", "job", "--ttl", "10s", "--wait", "forever",
+            ])
+            .spawn();
+        assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+        let sent = Instant::now();
+        waiter.signal(signal);
+        let out = waiter.wait(Duration::from_secs(5));
+        out.code(code);
+        assert!(
+            sent.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            sent.elapsed()
+        );
+        assert!(out.stdout.is_empty());
+        assert_eq!(waiters(&server), 0, "SIG{signal} left the queue entry");
+    }
+    let out = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "700ms"])
+        .run();
+    out.code(75)
+        .stderr_contains("still busy after waiting 700ms: held by");
+    assert!(out.elapsed >= Duration::from_millis(650) && out.elapsed < Duration::from_secs(3));
+    server
+        .redlock(&[
+            "run", "-E", "9", "--key", "job", "--wait", "300ms", "--", "true",
+        ])
+        .run()
+        .code(9);
+    assert_eq!(waiters(&server), 0);
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    assert_eq!(server.keys(), ["redlock:{job}:fence"]);
+}
+
+#[test]
+fn a_waiting_acquire_prints_the_token_and_tells_stderr_once() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    let out = waiter.wait(Duration::from_secs(10));
+    out.code(0)
+        .stderr_contains("waiting for lock 'job': held by ")
+        .stderr_contains("position 1 of 1")
+        .stderr_contains("acquired lock 'job' after waiting");
+    assert_eq!(out.stderr.lines().count(), 2, "{}", out.stderr);
+    let second = out.stdout.trim();
+    assert_eq!(second.len(), 32);
+    // The waiter's lease is a full one, not the short hand-over grant.
+    let pttl: i64 = server.cmd(&["PTTL", "redlock:{job}:holders"]);
+    assert!(pttl > 8000, "PTTL {pttl}");
+    server
+        .redlock(&["release", "--key", "job", "--token", second])
+        .run()
+        .code(0);
+}
+
+/// Commands per acquisition for 8 contending loops holding `hold`: (sent by redlock, run by
+/// Redis including the calls inside scripts).
+fn commands_per_acquisition(hold: &str) -> (f64, f64) {
+    const LOOPS: usize = 8;
+    const RUNS: usize = 4;
+    let server = RedisServer::start();
+    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
+    let loops: Vec<_> = (0..LOOPS)
+        .map(|_| {
+            let url = server.url();
+            let hold = hold.to_owned();
+            std::thread::spawn(move || {
+                for _ in 0..RUNS {
+                    crate::util::Redlock::new(&["run", "-q", "--key", "job", "--wait", "60s"])
+                        .args(&["--", "sleep", &hold])
+                        .env("REDLOCK_URL", &url)
+                        .run()
+                        .code(0);
+                }
+            })
+        })
+        .collect();
+    for handle in loops {
+        handle.join().unwrap();
+    }
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    let calls = |wanted: &dyn Fn(&str) -> bool| -> f64 {
+        let total: u64 = info
+            .lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_"))
+            .filter(|line| wanted(line.split(':').next().unwrap_or_default()))
+            .filter_map(|line| {
+                line.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        total as f64 / (LOOPS * RUNS) as f64
+    };
+    (
+        // Everything redlock sends is one of these; all else runs inside scripts.
+        calls(&|name| matches!(name, "evalsha" | "eval" | "blpop" | "script|load")),
+        calls(&|name| !matches!(name, "config|resetstat" | "info")),
+    )
+}
+
+#[test]
+fn commands_per_acquisition_do_not_grow_with_the_hold_time() {
+    let (short_sent, short_all) = commands_per_acquisition("0.01");
+    let (long_sent, long_all) = commands_per_acquisition("0.3");
+    println!(
+        "commands per acquisition, sent / run by Redis: {short_sent:.2} / {short_all:.1} (10 ms hold), {long_sent:.2} / {long_all:.1} (300 ms hold)"
+    );
+    assert!(
+        long_sent <= short_sent * 1.25 && long_all <= short_all * 1.25,
+        "{long_sent:.2} commands per acquisition with a 300 ms hold vs {short_sent:.2} with 10 ms: something polls"
+    );
+}
+
+#[test]
+fn eight_loops_of_twenty_five_waiting_runs_never_overlap() {
+    crate::run::exclusion_loops(&["--wait", "60s"]);
+}
