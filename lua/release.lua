@@ -1,15 +1,17 @@
 -- release: give the lock up, by token ('token'), whoever holds it ('force'), or leave the queue
 -- as a waiter that stops waiting ('leave', which also gives back a lock handed over meanwhile).
--- When the lock ends up free and waiters are queued, the head is handed the lock with a short
--- grant and woken, and the one behind it is woken to watch that grant.
+-- A token holding the lock more than once (re-entered by nested invocations) only counts down.
+-- When the lock ends up with room and waiters are queued, the head, and as many behind it as
+-- fit, are handed the lock with a short grant and woken; the first left waiting is woken too,
+-- to watch those grants.
 -- With a minimum hold (run --min-hold), a token release of a lock held for less than min_hold
 -- keeps it until since + min_hold instead, so a late duplicate still finds it taken.
 -- KEYS[1] holders hash, KEYS[2] fence counter, KEYS[3] queue hash, KEYS[4] the caller's wake list
 -- ARGV[1] op, ARGV[2] token, ARGV[3] min_hold_ms, ARGV[4] waiter id, ARGV[5] grant_ms,
 -- ARGV[6] wake list ttl_ms
--- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, 0 the token holds
--- nothing (nothing changed); for 'force': {now_ms, holder_json...} of the evicted holders;
--- for 'leave': 1.
+-- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, {3, holds_left}
+-- still held by outer invocations, 0 the token holds nothing (nothing changed); for 'force':
+-- {now_ms, holder_json...} of the evicted holders; for 'leave': 1.
 local holders_key, fence_key, queue_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, token, min_hold, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local grant, wake_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -74,7 +76,11 @@ end
 if mine and op ~= 'force' then
   local record = holders[mine][2]
   local keep_until = record.since + min_hold
-  if op == 'token' and keep_until > now then
+  if op == 'token' and (record.count or 1) > 1 then
+    record.count = record.count - 1
+    redis.call('HSET', holders_key, token, cjson.encode(record))
+    reply = {3, record.count}
+  elseif op == 'token' and keep_until > now then
     record.exp, record.ttl = keep_until, keep_until - now
     redis.call('HSET', holders_key, token, cjson.encode(record))
     reply = {2, keep_until - now}
@@ -90,19 +96,33 @@ local function wake(id)
   redis.call('PEXPIRE', list, wake_ttl)
 end
 
-if #holders == 0 and #queue > 0 then
+-- Whether the queue's head fits now (see acquire.lua).
+local function head_fits()
+  local entry = queue[1][2]
+  if entry.mode == 'exclusive' then return #holders == 0 end
+  if entry.mode == 'semaphore' then return #holders < entry.limit end
+  for _, holder in ipairs(holders) do
+    if holder[2].mode == 'exclusive' then return false end
+  end
+  return true
+end
+
+local granted = 0
+while queue[1] and head_fits() do
   local id, entry = queue[1][1], queue[1][2]
   local record = {
-    mode = entry.mode, fence = redis.call('INCR', fence_key), host = entry.host, pid = entry.pid,
-    user = entry.user, cmd = entry.cmd, since = now, ttl = grant, exp = now + grant,
+    mode = entry.mode, limit = entry.limit, fence = redis.call('INCR', fence_key), host = entry.host,
+    pid = entry.pid, user = entry.user, cmd = entry.cmd, since = now, ttl = grant, exp = now + grant,
+    count = 1,
   }
   redis.call('HSET', holders_key, entry.tok, cjson.encode(record))
-  holders = {{entry.tok, record}}
+  holders[#holders + 1] = {entry.tok, record}
   redis.call('HDEL', queue_key, id)
   table.remove(queue, 1)
   wake(id)
-  if queue[1] then wake(queue[1][1]) end
+  granted = granted + 1
 end
+if granted > 0 and queue[1] then wake(queue[1][1]) end
 
 local function expire_by_latest(key, list)
   local latest = 0

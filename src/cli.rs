@@ -189,6 +189,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
     pub wait: crate::waiting::Wait,
 
+    /// Share the lock with other --shared holders (a read lock); exclusive requests queued
+    /// before a shared one go first, so writers are not starved
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+
+    /// Make the lock a semaphore: at most N holders at once (all must use the same N)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: Option<u32>,
+
+    /// Inside a command run under this same lock, take it anew instead of re-entering it
+    ///
+    /// By default a nested `run` or `acquire` of the key in REDLOCK_KEY re-enters the lock held
+    /// with REDLOCK_TOKEN: the hold count goes up, and only the outermost release frees it.
+    #[arg(long)]
+    pub no_reenter: bool,
+
     /// Renew the lease this often [default: ttl/3]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub renew_every: Option<Duration>,
@@ -257,6 +273,22 @@ pub struct AcquireArgs {
     /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
     #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
     pub wait: crate::waiting::Wait,
+
+    /// Share the lock with other --shared holders (a read lock); exclusive requests queued
+    /// before a shared one go first, so writers are not starved
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+
+    /// Make the lock a semaphore: at most N holders at once (all must use the same N)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub limit: Option<u32>,
+
+    /// Inside a command run under this same lock, take it anew instead of re-entering it
+    ///
+    /// By default a nested `run` or `acquire` of the key in REDLOCK_KEY re-enters the lock held
+    /// with REDLOCK_TOKEN: the hold count goes up, and only the outermost release frees it.
+    #[arg(long)]
+    pub no_reenter: bool,
 
     /// Print a JSON object instead of the bare token
     #[arg(long)]

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use redis::{ConnectionLike, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
 
 use crate::duration;
-use crate::exit::{Failure, fail};
+use crate::exit::{Failure, fail, failure_of};
 
 /// Where and how to connect.
 #[derive(Clone)]
@@ -96,8 +96,15 @@ impl Session {
         &mut self,
         request: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> anyhow::Result<T> {
-        request(&mut self.con)
-            .map_err(|err| classify(&err, self.command_timeout).context(self.server.clone()))
+        request(&mut self.con).map_err(|err| {
+            let err = classify(&err, self.command_timeout);
+            // A refusal about the data speaks for itself; a failure to talk names the server.
+            if failure_of(&err) == Some(Failure::Usage) {
+                err
+            } else {
+                err.context(self.server.clone())
+            }
+        })
     }
 
     /// Changes the bound on each later command.
@@ -158,6 +165,7 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
                 format!("authentication failed: {code} {detail}{hint}"),
             )
         }
+        _ if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
         _ if code == "WRONGTYPE" => fail(
             Failure::Usage,
             format!("{detail}; choose another --key or --prefix (nothing was changed)"),

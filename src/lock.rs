@@ -88,10 +88,56 @@ impl Identity {
     }
 }
 
+/// How a lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of shared holders, no exclusive one; queued exclusive requests go first.
+    Shared,
+    /// At most this many holders at once.
+    Semaphore(u32),
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+            Mode::Semaphore(_) => "semaphore",
+        }
+    }
+
+    fn limit(self) -> u32 {
+        match self {
+            Mode::Semaphore(limit) => limit,
+            Mode::Exclusive | Mode::Shared => 0,
+        }
+    }
+}
+
+/// What to ask for.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub token: &'a Token,
+    pub ttl: Duration,
+    pub mode: Mode,
+    pub who: &'a Identity,
+    /// The token already holds the lock (a nested invocation): count one more hold.
+    pub reenter: bool,
+}
+
 /// One holder as stored in Redis. Times are the server's clock, in milliseconds.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Holder {
+    /// `exclusive`, `shared` or `semaphore`.
     pub mode: String,
+    /// The semaphore's limit (0 for other modes).
+    #[serde(default)]
+    pub limit: u32,
+    /// Holds by this token: more than 1 when nested invocations re-entered the lock.
+    #[serde(default = "one")]
+    pub count: u32,
     pub fence: u64,
     pub host: String,
     pub pid: u32,
@@ -109,6 +155,7 @@ pub struct Holder {
 /// One queued waiter as stored in Redis (its token is never read back).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Queued {
+    pub mode: String,
     pub host: String,
     pub pid: u32,
     pub user: String,
@@ -116,6 +163,10 @@ pub struct Queued {
     pub command: String,
     /// Joined the queue at (Unix ms, server time).
     pub since: u64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
@@ -182,6 +233,8 @@ pub enum Release {
     Released,
     /// Kept for the rest of the minimum hold; expires by itself after this long.
     Kept(Duration),
+    /// One hold of a re-entered lock ended; this many remain.
+    StillHeld(u32),
     /// The token holds nothing; nothing changed.
     NotHeld,
 }
@@ -202,6 +255,8 @@ pub enum Acquisition {
     },
     /// `Queueing::Stay`, and the waiter is neither queued nor handed the lock any more.
     Gone,
+    /// `reenter`, and the token does not hold the lock (any more).
+    NotHeldByToken,
 }
 
 /// A lock's state at one instant of the server's clock.
@@ -231,16 +286,20 @@ impl Lock {
         Self { name, keys }
     }
 
-    /// Takes the lock for `who` with a lease of `ttl` and `token`, or reports who holds it,
-    /// queueing as `queueing` says.
+    /// Takes the lock as `request` says, or reports who holds it, queueing as `queueing` says.
     pub fn acquire(
         &self,
         session: &mut Session,
-        token: &Token,
-        ttl: Duration,
-        who: &Identity,
+        request: &Request<'_>,
         queueing: Queueing<'_>,
     ) -> anyhow::Result<Acquisition> {
+        let Request {
+            token,
+            ttl,
+            mode,
+            who,
+            reenter,
+        } = *request;
         let ttl_ms = millis(ttl)?;
         let (waiter_id, queued_only) = match queueing {
             Queueing::No => ("", false),
@@ -255,7 +314,8 @@ impl Lock {
                 .key(self.keys.wake(waiter_id))
                 .arg(token.as_str())
                 .arg(ttl_ms)
-                .arg("exclusive")
+                .arg(mode.name())
+                .arg(mode.limit())
                 .arg(&who.host)
                 .arg(who.pid)
                 .arg(&who.user)
@@ -265,6 +325,7 @@ impl Lock {
                 .arg(QUEUE_ENTRY_TTL.as_millis() as u64)
                 .arg(GRANT.as_millis() as u64)
                 .arg(WAKE_TTL.as_millis() as u64)
+                .arg(if reenter { "1" } else { "0" })
                 .invoke(con)
         })?;
         let mut reply = reply.into_iter();
@@ -288,7 +349,8 @@ impl Lock {
                     hint: Duration::from_millis(redis::from_redis_value(next())?),
                 })
             }
-            _ => Ok(Acquisition::Gone),
+            -1 => Ok(Acquisition::Gone),
+            _ => Ok(Acquisition::NotHeldByToken),
         }
     }
 
@@ -357,10 +419,10 @@ impl Lock {
             match self.release_script(session, "token", Some(token), min_hold, "")? {
                 redis::Value::Int(1) => Release::Released,
                 redis::Value::Int(0) => Release::NotHeld,
-                kept => {
-                    let (_, kept_ms): (i64, u64) = redis::from_redis_value(kept)?;
-                    Release::Kept(Duration::from_millis(kept_ms))
-                }
+                other => match redis::from_redis_value::<(i64, u64)>(other)? {
+                    (3, holds) => Release::StillHeld(u32::try_from(holds)?),
+                    (_, kept_ms) => Release::Kept(Duration::from_millis(kept_ms)),
+                },
             },
         )
     }

@@ -327,6 +327,10 @@ fn release_lock(
             lock.name.as_str(),
             duration::display(left)
         )),
+        Release::StillHeld(holds) => log.step(format_args!(
+            "released one hold of lock '{}'; the enclosing invocation keeps it ({holds} left)",
+            lock.name.as_str()
+        )),
         Release::NotHeld => {}
     }
     Ok(released)

@@ -21,7 +21,10 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::events::{Event, Events};
-use crate::lock::{Acquisition, Holder, Identity, Lease, Lock, QUEUE_ENTRY_TTL, Queueing, Waiter};
+use crate::lock::{
+    Acquisition, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Request, Token,
+    Waiter,
+};
 use crate::log::Log;
 
 /// How long to wait for a busy lock.
@@ -68,6 +71,17 @@ pub struct Place {
     received: BootInstant,
 }
 
+/// What to acquire, and how long to wait for it.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub ttl: Duration,
+    pub mode: Mode,
+    pub who: Identity,
+    pub wait: Wait,
+    /// The token of an enclosing invocation that holds this lock: re-enter it if it still does.
+    pub reenter: Option<Token>,
+}
+
 /// How an acquisition ended.
 pub enum Outcome {
     Acquired {
@@ -82,18 +96,49 @@ pub enum Outcome {
     Interrupted(i32),
 }
 
-/// Takes the lock, waiting in its queue as `wait` allows.
-#[allow(clippy::too_many_arguments)]
+/// Takes the lock, re-entering it or waiting in its queue as `ask` says.
 pub fn acquire(
     events: &Events,
     mut session: Session,
     target: &Target,
     lock: &Lock,
-    ttl: Duration,
-    who: &Identity,
-    wait: Wait,
+    ask: &Ask,
     log: Log,
 ) -> anyhow::Result<Outcome> {
+    let Ask {
+        ttl,
+        mode,
+        ref who,
+        wait,
+        ref reenter,
+    } = *ask;
+    if let Some(token) = reenter {
+        let sent = BootInstant::now();
+        let request = Request {
+            token,
+            ttl,
+            mode,
+            who,
+            reenter: true,
+        };
+        match lock.acquire(&mut session, &request, Queueing::No)? {
+            Acquisition::Acquired(lease) => {
+                log.step(format_args!(
+                    "re-entered lock '{}' held by the enclosing invocation",
+                    lock.name.as_str()
+                ));
+                return Ok(Outcome::Acquired {
+                    lease,
+                    sent,
+                    session,
+                });
+            }
+            _ => log.step(format_args!(
+                "REDLOCK_TOKEN no longer holds lock '{}'; acquiring it anew",
+                lock.name.as_str()
+            )),
+        }
+    }
     let waiter = Waiter::new();
     let started = BootInstant::now();
     let deadline = match wait {
@@ -108,8 +153,15 @@ pub fn acquire(
             Queueing::Join(&waiter)
         };
         let sent = BootInstant::now();
+        let request = Request {
+            token: &waiter.token,
+            ttl,
+            mode,
+            who,
+            reenter: false,
+        };
         let (holder, now, position, length, hint) =
-            match lock.acquire(&mut session, &waiter.token, ttl, who, queueing)? {
+            match lock.acquire(&mut session, &request, queueing)? {
                 Acquisition::Acquired(lease) => {
                     return Ok(Outcome::Acquired {
                         lease,
@@ -124,7 +176,9 @@ pub fn acquire(
                     length,
                     hint,
                 } => (holder, now, position, length, hint),
-                Acquisition::Gone => anyhow::bail!("the lock's queue answered for a stranger"),
+                Acquisition::Gone | Acquisition::NotHeldByToken => {
+                    anyhow::bail!("the lock's queue answered for a stranger")
+                }
             };
         if wait == Wait::No || deadline.is_some_and(|at| BootInstant::now() >= at) {
             return Ok(Outcome::Busy { holder, now });
@@ -143,6 +197,7 @@ pub fn acquire(
             lock.clone(),
             waiter.clone(),
             ttl,
+            mode,
             who.clone(),
             hint,
             deadline,
@@ -211,6 +266,7 @@ fn start_waiter(
     lock: Lock,
     waiter: Waiter,
     ttl: Duration,
+    mode: Mode,
     who: Identity,
     first_hint: Duration,
     deadline: Option<BootInstant>,
@@ -244,13 +300,14 @@ fn start_waiter(
                     return;
                 }
                 let sent = BootInstant::now();
-                match lock.acquire(
-                    &mut session,
-                    &waiter.token,
+                let request = Request {
+                    token: &waiter.token,
                     ttl,
-                    &who,
-                    Queueing::Stay(&waiter),
-                ) {
+                    mode,
+                    who: &who,
+                    reenter: false,
+                };
+                match lock.acquire(&mut session, &request, Queueing::Stay(&waiter)) {
                     Ok(Acquisition::Acquired(lease)) => {
                         return report(WaiterReport::Acquired {
                             lease,
@@ -274,7 +331,9 @@ fn start_waiter(
                             received: BootInstant::now(),
                         }));
                     }
-                    Ok(Acquisition::Gone) => return report(WaiterReport::Gone),
+                    Ok(Acquisition::Gone | Acquisition::NotHeldByToken) => {
+                        return report(WaiterReport::Gone);
+                    }
                     Err(err) => return report(WaiterReport::Failed(err)),
                 }
             }

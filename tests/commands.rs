@@ -38,7 +38,9 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
     let view = out.json();
     assert_eq!(
         field_names(&view),
-        ["fence", "holders", "key", "mode", "state", "waiters"]
+        [
+            "fence", "holders", "key", "limit", "mode", "state", "waiters"
+        ]
     );
     assert_eq!(view["key"], "deploy");
     assert_eq!(view["state"], "held");
@@ -51,7 +53,9 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
             "command",
             "fence",
             "held_ms",
+            "holds",
             "host",
+            "mode",
             "pid",
             "since",
             "since_ms",

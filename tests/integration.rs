@@ -7,5 +7,6 @@ mod bad_input;
 mod commands;
 mod contention;
 mod docs;
+mod modes;
 mod run;
 mod waiting;

@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, busy, print_line};
+use super::{Context, busy, mode, print_line, reentry};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::events::Events;
 use crate::exit::Done;
 use crate::keys::LockName;
 use crate::lock::{Identity, Lock};
-use crate::waiting::{self, Outcome};
+use crate::waiting::{self, Ask, Outcome};
 
 #[derive(Serialize)]
 struct Acquired<'a> {
@@ -27,16 +27,14 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
-    let outcome = waiting::acquire(
-        &events,
-        session,
-        &context.target,
-        &lock,
-        args.ttl,
-        &Identity::current("acquire"),
-        args.wait,
-        context.log,
-    )?;
+    let ask = Ask {
+        ttl: args.ttl,
+        mode: mode(args.shared, args.limit),
+        who: Identity::current("acquire"),
+        wait: args.wait,
+        reenter: reentry(&lock.name, args.no_reenter),
+    };
+    let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
     let (lease, mut session) = match outcome {
         Outcome::Busy { holder, now } => return Err(busy(key, holder.as_ref(), now, args.wait)),
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),

@@ -14,7 +14,10 @@ use crate::lock::{Holder, Lock, LockState};
 pub(super) struct LockView<'a> {
     key: &'a str,
     state: &'static str,
+    /// `exclusive`, `shared` or `semaphore`; null when free.
     mode: Option<&'a str>,
+    /// The semaphore's number of permits; null for other modes.
+    limit: Option<u32>,
     /// Last fencing token issued for this name (held or not).
     fence: Option<u64>,
     holders: Vec<HolderView<'a>>,
@@ -25,6 +28,7 @@ pub(super) struct LockView<'a> {
 #[derive(Serialize)]
 struct WaiterView<'a> {
     position: usize,
+    mode: &'a str,
     host: &'a str,
     pid: u32,
     user: &'a str,
@@ -36,6 +40,9 @@ struct WaiterView<'a> {
 
 #[derive(Serialize)]
 struct HolderView<'a> {
+    mode: &'a str,
+    /// Holds by this token (more than 1 when nested invocations re-entered it).
+    holds: u32,
     host: &'a str,
     pid: u32,
     user: &'a str,
@@ -57,12 +64,19 @@ impl<'a> LockView<'a> {
             } else {
                 "held"
             },
-            mode: state.holders.first().map(|holder| holder.mode.as_str()),
+            mode: lock_mode(state),
+            limit: state
+                .holders
+                .first()
+                .filter(|holder| holder.mode == "semaphore")
+                .map(|holder| holder.limit),
             fence: state.last_fence,
             holders: state
                 .holders
                 .iter()
                 .map(|holder| HolderView {
+                    mode: &holder.mode,
+                    holds: holder.count,
                     host: &holder.host,
                     pid: holder.pid,
                     user: &holder.user,
@@ -81,6 +95,7 @@ impl<'a> LockView<'a> {
                 .enumerate()
                 .map(|(index, waiter)| WaiterView {
                     position: index + 1,
+                    mode: &waiter.mode,
                     host: &waiter.host,
                     pid: waiter.pid,
                     user: &waiter.user,
@@ -94,9 +109,40 @@ impl<'a> LockView<'a> {
     }
 }
 
-/// Table cells describing one holder: host, pid, user, command, since, held, ttl left, fence.
+/// The lock's mode as a whole: exclusive if anyone holds it exclusively.
+fn lock_mode(state: &LockState) -> Option<&str> {
+    state
+        .holders
+        .iter()
+        .find(|holder| holder.mode == "exclusive")
+        .or(state.holders.first())
+        .map(|holder| holder.mode.as_str())
+}
+
+/// "exclusive", "shared by 3", "semaphore, 2 of 3 permits taken".
+pub(super) fn mode_summary(state: &LockState) -> String {
+    match (lock_mode(state), state.holders.first()) {
+        (Some("semaphore"), Some(first)) => format!(
+            "semaphore, {} of {} permits taken",
+            state.holders.len(),
+            first.limit
+        ),
+        (Some("shared"), _) => format!("shared by {}", state.holders.len()),
+        (Some(mode), _) => mode.to_owned(),
+        (None, _) => "free".to_owned(),
+    }
+}
+
+/// Table cells describing one holder: mode, host, pid, user, command, since, held, ttl left,
+/// fence.
 pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
+    let mode = if holder.count > 1 {
+        format!("{} ×{}", holder.mode, holder.count)
+    } else {
+        holder.mode.clone()
+    };
     vec![
+        mode,
         printable(&holder.host),
         holder.pid.to_string(),
         printable(&holder.user),
@@ -108,8 +154,8 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     ]
 }
 
-pub(super) const HOLDER_HEADER: [&str; 8] = [
-    "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "FENCE",
+pub(super) const HOLDER_HEADER: [&str; 9] = [
+    "MODE", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "FENCE",
 ];
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
@@ -125,10 +171,10 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
             .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
         match state.holders.first() {
             None => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
-            Some(first) => {
+            Some(_) => {
                 print_line(format_args!(
                     "{key}: held ({}), last fence: {last_fence}",
-                    first.mode
+                    mode_summary(&state)
                 ))?;
                 let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
                 rows.extend(
@@ -157,6 +203,7 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
             rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
                 vec![
                     (index + 1).to_string(),
+                    waiter.mode.clone(),
                     printable(&waiter.host),
                     waiter.pid.to_string(),
                     printable(&waiter.user),

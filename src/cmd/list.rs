@@ -1,6 +1,6 @@
 //! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
 
-use super::inspect::{HOLDER_HEADER, LockView, holder_cells};
+use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_line, printable, table};
 use crate::cli::ListArgs;
 use crate::exit::Done;
@@ -36,8 +36,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         };
         let mut row = vec![
             printable(state.name.as_str()),
-            first.mode.clone(),
-            state.holders.len().to_string(),
+            mode_summary(state),
             state.waiters.len().to_string(),
         ];
         row.extend(holder_cells(first, state.now));

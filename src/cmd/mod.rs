@@ -21,8 +21,8 @@ use crate::cli::{Cli, Command, Global};
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::keys::Prefix;
-use crate::lock::Holder;
+use crate::keys::{LockName, Prefix};
+use crate::lock::{Holder, Mode, Token};
 use crate::log::Log;
 use crate::waiting::Wait;
 
@@ -148,12 +148,37 @@ fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
+/// The mode the mode flags ask for.
+fn mode(shared: bool, limit: Option<u32>) -> Mode {
+    match (shared, limit) {
+        (_, Some(limit)) => Mode::Semaphore(limit),
+        (true, None) => Mode::Shared,
+        (false, None) => Mode::Exclusive,
+    }
+}
+
+/// The token to re-enter with, when this process runs under `run` of the same lock
+/// (REDLOCK_KEY names it and REDLOCK_TOKEN holds it) and `--no-reenter` was not given.
+fn reentry(name: &LockName, no_reenter: bool) -> Option<Token> {
+    if no_reenter || std::env::var("REDLOCK_KEY").ok().as_deref() != Some(name.as_str()) {
+        return None;
+    }
+    std::env::var("REDLOCK_TOKEN")
+        .ok()
+        .and_then(|token| Token::parse(&token).ok())
+}
+
 /// The error for a lock that stayed busy: names the holder, and the wait if there was one.
 fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Error {
-    let who = holder.map_or_else(
-        || "being handed to the next waiter".to_owned(),
-        |holder| format!("held by {}", describe(holder, now)),
-    );
+    let who = match holder {
+        None => "being handed to the next waiter".to_owned(),
+        Some(holder) if holder.mode == "semaphore" => format!(
+            "all {} permits are taken, e.g. by {}",
+            holder.limit,
+            describe(holder, now)
+        ),
+        Some(holder) => format!("held by {}", describe(holder, now)),
+    };
     let message = match wait {
         Wait::UpTo(limit) => format!(
             "lock '{key}' is still busy after waiting {}: {who}",

@@ -33,15 +33,22 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         .token
         .as_ref()
         .ok_or_else(|| fail(Failure::Usage, "--token or --force is required"))?;
-    if lock.release(&mut session, token, Duration::ZERO)? == Release::Released {
-        context.log.step(format_args!("released '{key}'"));
-        Ok(Done::Success)
-    } else {
-        Err(fail(
+    match lock.release(&mut session, token, Duration::ZERO)? {
+        Release::Released | Release::Kept(_) => {
+            context.log.step(format_args!("released '{key}'"));
+            Ok(Done::Success)
+        }
+        Release::StillHeld(holds) => {
+            context.log.step(format_args!(
+                "released one hold of '{key}'; {holds} left (re-entered by nested invocations)"
+            ));
+            Ok(Done::Success)
+        }
+        Release::NotHeld => Err(fail(
             Failure::NotHeld,
             format!(
                 "lock '{key}' is not held by this token (expired, released, or taken by another holder); nothing changed"
             ),
-        ))
+        )),
     }
 }

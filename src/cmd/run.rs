@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Context, busy};
+use super::{Context, busy, mode, reentry};
 use crate::cli::RunArgs;
 use crate::conn::redact_url;
 use crate::events::Events;
@@ -13,7 +13,7 @@ use crate::keeper::Plan;
 use crate::keys::LockName;
 use crate::lock::{Identity, Lock};
 use crate::supervisor::{self, Job};
-use crate::waiting::{self, Outcome};
+use crate::waiting::{self, Ask, Outcome};
 use crate::{child, duration};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
@@ -41,17 +41,14 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
-    let who = Identity::current(&command_line(&argv));
-    let outcome = waiting::acquire(
-        &events,
-        session,
-        &context.target,
-        &lock,
-        plan.ttl,
-        &who,
-        args.wait,
-        context.log,
-    )?;
+    let ask = Ask {
+        ttl: plan.ttl,
+        mode: mode(args.shared, args.limit),
+        who: Identity::current(&command_line(&argv)),
+        wait: args.wait,
+        reenter: reentry(&lock.name, args.no_reenter),
+    };
+    let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
     let (lease, sent, session) = match outcome {
         Outcome::Busy { holder, now } => return Err(busy(key, holder.as_ref(), now, args.wait)),
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
