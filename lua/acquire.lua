@@ -12,38 +12,19 @@
 -- without a wake-up); {-1, now_ms} when ARGV[10] is set and the caller is neither queued nor
 -- handed the lock; {-2, now_ms} when re-entering with a token that does not hold the lock.
 -- Every check happens before the first write, so an error reply leaves Redis untouched.
-local holders_key, fence_key, queue_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local keys = {holders = KEYS[1], fence = KEYS[2], queue = KEYS[3], wake = KEYS[4]}
 local token, ttl, mode, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local waiter, queued_only, reenter = ARGV[9], ARGV[10] == '1', ARGV[14] == '1'
 local entry_ttl, grant, wake_ttl = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local function foreign(key, what)
-  return redis.error_reply('WRONGTYPE ' .. key .. ' ' .. what .. ' that redlock did not write')
-end
-for _, spec in ipairs({{holders_key, 'hash'}, {fence_key, 'string'}, {queue_key, 'hash'}, {wake_key, 'list'}}) do
-  local found = redis.call('TYPE', spec[1])['ok']
-  if found ~= 'none' and found ~= spec[2] then return foreign(spec[1], 'is a ' .. found) end
-end
-if redis.call('EXISTS', fence_key) == 1 and not string.match(redis.call('GET', fence_key), '^%d+$') then
-  return foreign(fence_key, 'holds a value')
-end
-
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
-local function records(key)
-  local fields, live, stale = redis.call('HGETALL', key), {}, {}
-  for i = 1, #fields, 2 do
-    local ok, record = pcall(cjson.decode, fields[i + 1])
-    if not ok or type(record) ~= 'table' or type(record.exp) ~= 'number' then return nil end
-    if record.exp > now then live[#live + 1] = {fields[i], record} else stale[#stale + 1] = fields[i] end
-  end
-  return live, stale
-end
-local holders, stale_holders = records(holders_key)
-if holders == nil then return foreign(holders_key, 'holds a field') end
-local queue, stale_queue = records(queue_key)
-if queue == nil then return foreign(queue_key, 'holds a field') end
+local refused = check_keys({{keys.holders, 'hash'}, {keys.fence, 'string'}, {keys.queue, 'hash'},
+  {keys.wake, 'list'}}, keys.fence)
+if refused then return refused end
+local now = server_now()
+local holders, stale_holders = records(keys.holders, now)
+if holders == nil then return foreign(keys.holders, 'holds a field') end
+local queue, stale_queue = records(keys.queue, now)
+if queue == nil then return foreign(keys.queue, 'holds a field') end
 table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
 
 -- A lock is either a read/write lock (exclusive and shared holders) or a semaphore of N.
@@ -73,71 +54,26 @@ if reenter and mode == 'exclusive' and holders[mine][2].mode == 'shared' then
 end
 if queued_only and mine == nil and position == nil then return {-1, now} end
 
--- Whether a request of `record`'s mode fits now, with `ahead` queued before it.
-local function fits(record, ahead)
-  if record.mode == 'exclusive' then return #holders == 0 and ahead == 0 end
-  if record.mode == 'semaphore' then return #holders + ahead < record.limit end
-  for _, holder in ipairs(holders) do
-    if holder[2].mode == 'exclusive' then return false end
-  end
-  for i = 1, ahead do
-    if queue[i][2].mode ~= 'shared' then return false end
-  end
-  return true
-end
-
 -- From here on, writes.
-if #stale_holders > 0 then redis.call('HDEL', holders_key, unpack(stale_holders)) end
-if #stale_queue > 0 then redis.call('HDEL', queue_key, unpack(stale_queue)) end
+if #stale_holders > 0 then redis.call('HDEL', keys.holders, unpack(stale_holders)) end
+if #stale_queue > 0 then redis.call('HDEL', keys.queue, unpack(stale_queue)) end
 
-local function wake(id)
-  local list = string.sub(queue_key, 1, -7) .. ':wake:' .. id
-  redis.call('RPUSH', list, '1')
-  redis.call('PEXPIRE', list, wake_ttl)
-end
-
--- Hands room to the queue's head, and to as many behind it as fit (a run of readers, the next
--- permits of a semaphore), each with a short grant; stops at the caller. Wakes each one, and
--- the first left waiting, to watch those grants.
-local function hand_off()
-  local granted = 0
-  while queue[1] and queue[1][1] ~= waiter and fits(queue[1][2], 0) do
-    local id, entry = queue[1][1], queue[1][2]
-    local record = {
-      mode = entry.mode, limit = entry.limit, fence = redis.call('INCR', fence_key), host = entry.host,
-      pid = entry.pid, user = entry.user, cmd = entry.cmd, since = now, ttl = grant, exp = now + grant,
-      count = 1,
-    }
-    redis.call('HSET', holders_key, entry.tok, cjson.encode(record))
-    holders[#holders + 1] = {entry.tok, record}
-    redis.call('HDEL', queue_key, id)
-    table.remove(queue, 1)
-    if position then position = position - 1 end
-    wake(id)
-    granted = granted + 1
-  end
-  if granted > 0 and queue[1] and queue[1][1] ~= waiter then wake(queue[1][1]) end
-end
-
-local function expire_by_latest(key, list)
-  local latest = 0
-  for _, item in ipairs(list) do
-    if item[2].exp > latest then latest = item[2].exp end
-  end
-  if latest > now then redis.call('PEXPIRE', key, latest - now) else redis.call('DEL', key) end
+local function admit_heads()
+  local granted = hand_off(keys, holders, queue, now, grant, wake_ttl, position and waiter)
+  if position then position = position - granted end
 end
 
 local function acquired(record)
-  redis.call('HSET', holders_key, token, cjson.encode(record))
+  redis.call('HSET', keys.holders, token, cjson.encode(record))
   if position then
-    redis.call('HDEL', queue_key, waiter)
+    redis.call('HDEL', keys.queue, waiter)
     table.remove(queue, position)
     position = nil
   end
-  redis.call('DEL', wake_key)
-  hand_off()
-  expire_by_latest(holders_key, holders)
-  expire_by_latest(queue_key, queue)
+  redis.call('DEL', keys.wake)
+  admit_heads()
+  expire_by_latest(keys.holders, holders, now)
+  expire_by_latest(keys.queue, queue, now)
   return {1, record.fence, now}
 end
 
@@ -154,10 +90,10 @@ if mine then
   return acquired(record)
 end
 
-hand_off()
-if fits({mode = mode, limit = limit}, (position or #queue + 1) - 1) then
+admit_heads()
+if admitted({mode = mode, limit = limit}, (position or #queue + 1) - 1, holders, queue) then
   local record = {
-    mode = mode, limit = limit, fence = redis.call('INCR', fence_key), host = ARGV[5],
+    mode = mode, limit = limit, fence = redis.call('INCR', keys.fence), host = ARGV[5],
     pid = tonumber(ARGV[6]), user = ARGV[7], cmd = ARGV[8], since = now, ttl = ttl, exp = now + ttl,
     count = 1,
   }
@@ -179,9 +115,9 @@ if waiter ~= '' then
     position = #queue
   end
   entry.exp = now + entry_ttl
-  redis.call('HSET', queue_key, waiter, cjson.encode(entry))
+  redis.call('HSET', keys.queue, waiter, cjson.encode(entry))
 end
-expire_by_latest(queue_key, queue)
+expire_by_latest(keys.queue, queue, now)
 
 -- The first two in line watch the earliest expiry among the holders; the rest only refresh.
 local earliest

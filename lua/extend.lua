@@ -5,34 +5,19 @@
 local holders_key = KEYS[1]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 
-local holders_type = redis.call('TYPE', holders_key)['ok']
-if holders_type ~= 'none' and holders_type ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. holders_key .. ' is a ' .. holders_type .. ' that redlock did not write')
-end
+local refused = check_keys({{holders_key, 'hash'}})
+if refused then return refused end
+local now = server_now()
+local holders = records(holders_key, now)
+if holders == nil then return foreign(holders_key, 'holds a field') end
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
-local fields = redis.call('HGETALL', holders_key)
 local mine
-local latest = now + ttl
-for i = 1, #fields, 2 do
-  local ok, holder = pcall(cjson.decode, fields[i + 1])
-  if not ok or type(holder) ~= 'table' or type(holder.exp) ~= 'number' then
-    return redis.error_reply('WRONGTYPE ' .. holders_key .. ' holds a field that redlock did not write')
-  end
-  if fields[i] == token then
-    mine = holder
-  elseif holder.exp > latest then
-    latest = holder.exp
-  end
+for _, holder in ipairs(holders) do
+  if holder[1] == token then mine = holder[2] end
 end
-if mine == nil or mine.exp <= now then
-  return {0, now}
-end
+if mine == nil then return {0, now} end
 
-mine.exp = now + ttl
-mine.ttl = ttl
+mine.exp, mine.ttl = now + ttl, ttl
 redis.call('HSET', holders_key, token, cjson.encode(mine))
-redis.call('PEXPIRE', holders_key, latest - now)
+expire_by_latest(holders_key, holders, now)
 return {1, now}

@@ -157,30 +157,12 @@ pub enum Command {
     Completions(CompletionsArgs),
 }
 
-/// Run a command while holding a lock; exit 75 if someone else holds it
-///
-/// Takes the lock (waiting for it with --wait), runs the command (argv directly, no shell, unless -c) in its own process
-/// group, renews the lease every ttl/3 while it runs, and releases the lock once the command
-/// and everything in its group are gone. Exits with the command's own status (128+N if it died
-/// of signal N).
-///
-/// If renewals stop being confirmed (Redis down or hung, key deleted or taken), the command's
-/// group gets SIGTERM and then SIGKILL early enough to be dead before the lease can lapse in
-/// Redis; redlock says why and exits 125. INT, TERM, HUP, QUIT, USR1 and USR2 are forwarded to
-/// the group; a second INT or TERM kills it at once. If redlock itself is killed with SIGKILL,
-/// the command gets SIGKILL too (Linux parent-death signal).
-///
-/// The command sees REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE (the fencing token),
-/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD is removed from its environment.
+/// Which lock to take, how, and what to do when it is busy (`run` and `acquire`).
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct LockArgs {
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
     pub key: String,
-
-    /// Lease, renewed while the command runs; how long the lock outlives a crashed host
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
-    pub ttl: Duration,
 
     /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
     ///
@@ -205,6 +187,35 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_reenter: bool,
 
+    /// Exit with CODE instead of 75 when the lock is busy (-E 0 -q: skip quietly)
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
+    pub conflict_exit_code: u8,
+}
+
+/// Run a command while holding a lock; exit 75 if someone else holds it
+///
+/// Takes the lock (waiting for it with --wait), runs the command (argv directly, no shell, unless -c) in its own process
+/// group, renews the lease every ttl/3 while it runs, and releases the lock once the command
+/// and everything in its group are gone. Exits with the command's own status (128+N if it died
+/// of signal N).
+///
+/// If renewals stop being confirmed (Redis down or hung, key deleted or taken), the command's
+/// group gets SIGTERM and then SIGKILL early enough to be dead before the lease can lapse in
+/// Redis; redlock says why and exits 125. INT, TERM, HUP, QUIT, USR1 and USR2 are forwarded to
+/// the group; a second INT or TERM kills it at once. If redlock itself is killed with SIGKILL,
+/// the command gets SIGKILL too (Linux parent-death signal).
+///
+/// The command sees REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE (the fencing token),
+/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD is removed from its environment.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// Lease, renewed while the command runs; how long the lock outlives a crashed host
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
     /// Renew the lease this often [default: ttl/3]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub renew_every: Option<Duration>,
@@ -227,10 +238,6 @@ pub struct RunArgs {
     /// clock.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub min_hold: Option<Duration>,
-
-    /// Exit with CODE instead of 75 when the lock is busy (-E 0 -q: skip quietly)
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
-    pub conflict_exit_code: u8,
 
     /// Run STRING with `sh -c` instead of a command given as arguments
     #[arg(
@@ -259,44 +266,16 @@ pub struct RunArgs {
 /// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
-    /// Name of the lock
-    #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    #[command(flatten)]
+    pub lock: LockArgs,
 
     /// Lease: the lock expires this long after acquisition unless extended (e.g. 30s, 10m, 90)
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
-    ///
-    /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
-    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
-    pub wait: crate::waiting::Wait,
-
-    /// Share the lock with other --shared holders (a read lock); exclusive requests queued
-    /// before a shared one go first, so writers are not starved
-    #[arg(long, conflicts_with = "limit")]
-    pub shared: bool,
-
-    /// Make the lock a semaphore: at most N holders at once (all must use the same N)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub limit: Option<u32>,
-
-    /// Inside a command run under this same lock, take it anew instead of re-entering it
-    ///
-    /// By default a nested `run` or `acquire` of the key in REDLOCK_KEY re-enters the lock held
-    /// with REDLOCK_TOKEN: the hold count goes up, and only the outermost release frees it.
-    #[arg(long)]
-    pub no_reenter: bool,
-
     /// Print a JSON object instead of the bare token
     #[arg(long)]
     pub json: bool,
-
-    /// Exit with CODE instead of 75 when the lock is busy (0 makes a busy lock a quiet skip with -q)
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
-    pub conflict_exit_code: u8,
 }
 
 /// Release a lock held by a token, or --force it free

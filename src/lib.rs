@@ -37,8 +37,8 @@ pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitC
     };
     let quiet = cli.global.quiet;
     let busy_code = match &cli.command {
-        cli::Command::Acquire(args) => args.conflict_exit_code,
-        cli::Command::Run(args) => args.conflict_exit_code,
+        cli::Command::Acquire(args) => args.lock.conflict_exit_code,
+        cli::Command::Run(args) => args.lock.conflict_exit_code,
         _ => exit::BUSY,
     };
     match cmd::dispatch(cli) {

@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, busy, mode, print_line, reentry};
+use super::{Context, ask, busy, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::events::Events;
 use crate::exit::Done;
 use crate::keys::LockName;
-use crate::lock::{Identity, Lock};
-use crate::waiting::{self, Ask, Outcome};
+use crate::lock::Lock;
+use crate::waiting::{self, Outcome};
 
 #[derive(Serialize)]
 struct Acquired<'a> {
@@ -22,21 +22,17 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.key)?;
+    let name = LockName::new(&args.lock.key)?;
     let events = Events::listen()?;
     let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
-    let ask = Ask {
-        ttl: args.ttl,
-        mode: mode(args.shared, args.limit),
-        who: Identity::current("acquire"),
-        wait: args.wait,
-        reenter: reentry(&lock.name, args.no_reenter),
-    };
+    let ask = ask(&args.lock, &lock.name, args.ttl, "acquire");
     let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
     let (lease, mut session) = match outcome {
-        Outcome::Busy { holder, now } => return Err(busy(key, holder.as_ref(), now, args.wait)),
+        Outcome::Busy { holder, now } => {
+            return Err(busy(key, holder.as_ref(), now, args.lock.wait));
+        }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired { lease, session, .. } => (lease, session),
     };

@@ -17,14 +17,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
 
-use crate::cli::{Cli, Command, Global};
+use crate::cli::{Cli, Command, Global, LockArgs};
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::keys::{LockName, Prefix};
-use crate::lock::{Holder, Mode, Token};
+use crate::lock::{Holder, Identity, Mode, Token};
 use crate::log::Log;
-use crate::waiting::Wait;
+use crate::waiting::{Ask, Wait};
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -148,24 +148,27 @@ fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
-/// The mode the mode flags ask for.
-fn mode(shared: bool, limit: Option<u32>) -> Mode {
-    match (shared, limit) {
+/// What `run` or `acquire` asks for: the mode flags, the wait, and re-entry when this process
+/// runs under `run` of the same lock (REDLOCK_KEY names it, REDLOCK_TOKEN holds it) and
+/// `--no-reenter` was not given.
+fn ask(args: &LockArgs, name: &LockName, ttl: Duration, command: &str) -> Ask {
+    let mode = match (args.shared, args.limit) {
         (_, Some(limit)) => Mode::Semaphore(limit),
         (true, None) => Mode::Shared,
         (false, None) => Mode::Exclusive,
+    };
+    let nested =
+        !args.no_reenter && std::env::var("REDLOCK_KEY").ok().as_deref() == Some(name.as_str());
+    Ask {
+        ttl,
+        mode,
+        who: Identity::current(command),
+        wait: args.wait,
+        reenter: std::env::var("REDLOCK_TOKEN")
+            .ok()
+            .filter(|_| nested)
+            .and_then(|token| Token::parse(&token).ok()),
     }
-}
-
-/// The token to re-enter with, when this process runs under `run` of the same lock
-/// (REDLOCK_KEY names it and REDLOCK_TOKEN holds it) and `--no-reenter` was not given.
-fn reentry(name: &LockName, no_reenter: bool) -> Option<Token> {
-    if no_reenter || std::env::var("REDLOCK_KEY").ok().as_deref() != Some(name.as_str()) {
-        return None;
-    }
-    std::env::var("REDLOCK_TOKEN")
-        .ok()
-        .and_then(|token| Token::parse(&token).ok())
 }
 
 /// The error for a lock that stayed busy: names the holder, and the wait if there was one.

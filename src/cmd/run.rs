@@ -4,23 +4,23 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Context, busy, mode, reentry};
+use super::{Context, ask, busy};
 use crate::cli::RunArgs;
 use crate::conn::redact_url;
 use crate::events::Events;
 use crate::exit::{Done, Failure, fail};
 use crate::keeper::Plan;
 use crate::keys::LockName;
-use crate::lock::{Identity, Lock};
+use crate::lock::Lock;
 use crate::supervisor::{self, Job};
-use crate::waiting::{self, Ask, Outcome};
+use crate::waiting::{self, Outcome};
 use crate::{child, duration};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
 const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 
 pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.key)?;
+    let name = LockName::new(&args.lock.key)?;
     let (plan, warning) = Plan::new(
         args.ttl,
         args.renew_every,
@@ -41,16 +41,12 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
-    let ask = Ask {
-        ttl: plan.ttl,
-        mode: mode(args.shared, args.limit),
-        who: Identity::current(&command_line(&argv)),
-        wait: args.wait,
-        reenter: reentry(&lock.name, args.no_reenter),
-    };
+    let ask = ask(&args.lock, &lock.name, plan.ttl, &command_line(&argv));
     let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
     let (lease, sent, session) = match outcome {
-        Outcome::Busy { holder, now } => return Err(busy(key, holder.as_ref(), now, args.wait)),
+        Outcome::Busy { holder, now } => {
+            return Err(busy(key, holder.as_ref(), now, args.lock.wait));
+        }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired {
             lease,

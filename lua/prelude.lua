@@ -1,0 +1,96 @@
+-- prelude: helpers shared by every script, prepended to each one when it is compiled in (a fixed
+-- text, so each script keeps a fixed SHA). Everything here is local to the script.
+
+-- An error reply for data at one of our key names that redlock did not write.
+local function foreign(key, what)
+  return redis.error_reply('WRONGTYPE ' .. key .. ' ' .. what .. ' that redlock did not write')
+end
+
+-- Checks that each {key, type} pair is of that type or absent, and that the fence counter (if
+-- given) holds an integer. Returns an error reply, or nil when all is well.
+local function check_keys(specs, fence_key)
+  for _, spec in ipairs(specs) do
+    local found = redis.call('TYPE', spec[1])['ok']
+    if found ~= 'none' and found ~= spec[2] then return foreign(spec[1], 'is a ' .. found) end
+  end
+  if fence_key and redis.call('EXISTS', fence_key) == 1
+      and not string.match(redis.call('GET', fence_key), '^%d+$') then
+    return foreign(fence_key, 'holds a value')
+  end
+end
+
+-- The server's clock, in ms.
+local function server_now()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The live {field, record} pairs and the stale field names of a hash of JSON records (holders
+-- or queue entries); nil when a field is not a redlock record.
+local function records(key, now)
+  local fields, live, stale = redis.call('HGETALL', key), {}, {}
+  for i = 1, #fields, 2 do
+    local ok, record = pcall(cjson.decode, fields[i + 1])
+    if not ok or type(record) ~= 'table' or type(record.exp) ~= 'number' then return nil end
+    if record.exp > now then live[#live + 1] = {fields[i], record} else stale[#stale + 1] = fields[i] end
+  end
+  return live, stale
+end
+
+-- Whether a request like `record` (mode, limit) is admitted now, with `ahead` entries of
+-- `queue` before it: exclusive needs no holder and nobody ahead; shared needs no exclusive
+-- holder and only shared waiters ahead (a queued writer holds back later readers); a semaphore
+-- needs holders + waiters ahead < its limit.
+local function admitted(record, ahead, holders, queue)
+  if record.mode == 'exclusive' then return #holders == 0 and ahead == 0 end
+  if record.mode == 'semaphore' then return #holders + ahead < record.limit end
+  for _, holder in ipairs(holders) do
+    if holder[2].mode == 'exclusive' then return false end
+  end
+  for i = 1, ahead do
+    if queue[i][2].mode ~= 'shared' then return false end
+  end
+  return true
+end
+
+-- Pushes a wake-up onto a waiter's list. Its name comes from the queue key (same hash tag, so
+-- the same Cluster slot): the caller cannot know which waiter to pass in KEYS.
+local function wake(queue_key, id, wake_ttl)
+  local list = string.sub(queue_key, 1, -7) .. ':wake:' .. id
+  redis.call('RPUSH', list, '1')
+  redis.call('PEXPIRE', list, wake_ttl)
+end
+
+-- Sets the PEXPIRE of a hash to its latest record expiry, or deletes it when none is left.
+local function expire_by_latest(key, list, now)
+  local latest = 0
+  for _, item in ipairs(list) do
+    if item[2].exp > latest then latest = item[2].exp end
+  end
+  if latest > now then redis.call('PEXPIRE', key, latest - now) else redis.call('DEL', key) end
+end
+
+-- Hands room to the queue's head, and to as many behind it as are admitted too (a run of
+-- readers, the next permits of a semaphore), each with a short grant and a fence of its own;
+-- stops at `stop_at` (the caller's waiter id). Wakes each one, and the first left waiting, to
+-- watch those grants. Updates `holders` and `queue`; returns how many were handed the lock.
+local function hand_off(keys, holders, queue, now, grant, wake_ttl, stop_at)
+  local granted = 0
+  while queue[1] and queue[1][1] ~= stop_at and admitted(queue[1][2], 0, holders, queue) do
+    local id, entry = queue[1][1], queue[1][2]
+    local record = {
+      mode = entry.mode, limit = entry.limit, fence = redis.call('INCR', keys.fence), host = entry.host,
+      pid = entry.pid, user = entry.user, cmd = entry.cmd, since = now, ttl = grant, exp = now + grant,
+      count = 1,
+    }
+    redis.call('HSET', keys.holders, entry.tok, cjson.encode(record))
+    holders[#holders + 1] = {entry.tok, record}
+    redis.call('HDEL', keys.queue, id)
+    table.remove(queue, 1)
+    wake(keys.queue, id, wake_ttl)
+    granted = granted + 1
+  end
+  if granted > 0 and queue[1] and queue[1][1] ~= stop_at then wake(keys.queue, queue[1][1], wake_ttl) end
+  return granted
+end
+
