@@ -126,7 +126,10 @@ pub fn supervise(
     let mut lost = false;
     let mut timed_out = false;
     let mut kill_at: Option<BootInstant> = None;
-    let mut killed = false;
+    let mut killed_at: Option<BootInstant> = None;
+    // Processes that outlive SIGKILL this long (uninterruptible I/O) are given up on.
+    const SURVIVAL_LIMIT: Duration = Duration::from_secs(5);
+    let mut survivors = false;
     let mut trouble: Option<String> = None;
 
     // Sends SIGTERM (unless already stopping) and schedules SIGKILL no later than `deadline`.
@@ -236,15 +239,20 @@ pub fn supervise(
             ));
             stop(now + plan.kill_after, &mut stopping, &mut kill_at);
         }
-        if lost && !killed && now >= plan.kill_at(valid_until) {
+        if lost && killed_at.is_none() && now >= plan.kill_at(valid_until) {
             kill_at = Some(now);
         }
         if let Some(at) = kill_at
             && now >= at
-            && !killed
+            && killed_at.is_none()
         {
-            killed = child.signal_group(Signal::SIGKILL);
+            child.signal_group(Signal::SIGKILL);
+            killed_at = Some(now);
             log.step("sent SIGKILL to the command's process group");
+        }
+        if killed_at.is_some_and(|at| now.since(at) >= SURVIVAL_LIMIT) && child.group_alive() {
+            survivors = true;
+            break;
         }
         if exited.is_some() {
             if !child.group_alive() {
@@ -262,6 +270,20 @@ pub fn supervise(
         child::reclaim_terminal();
     }
     let status = exited.unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
+    if survivors {
+        // Releasing now would let the next holder run beside them: let the lease run out.
+        log.warn(format_args!(
+            "processes of the command's group outlived SIGKILL by {}; lock '{key}' is left to expire instead of being released",
+            duration::display(SURVIVAL_LIMIT)
+        ));
+        return Ok(if lost {
+            Done::Reported(Failure::Lost)
+        } else if timed_out {
+            Done::Reported(Failure::MaxRuntime)
+        } else {
+            Done::Child(status)
+        });
+    }
     if lost {
         // Token-checked, so harmless if the lock is someone else's by now; bounded tightly,
         // since Redis was probably unreachable a moment ago.

@@ -204,16 +204,23 @@ pub fn acquire(
             Arc::clone(&abandoned),
             events.sender(),
         )?;
+        // Leaves the queue. If Redis cannot be told, the entry expires by itself (30 s) and
+        // any lock handed over meanwhile at its short grant: worth a warning, not a failure.
         let give_up = |session: &mut Session, status: &Status| {
             abandoned.store(true, Ordering::SeqCst);
             status.clear();
-            lock.leave(session, &waiter)
+            if let Err(err) = lock.leave(session, &waiter) {
+                log.warn(format_args!(
+                    "could not leave the queue of lock '{}' ({err:#}); the entry expires by itself",
+                    lock.name.as_str()
+                ));
+            }
         };
         loop {
             let nap = deadline.map_or(MAX_NAP, BootInstant::nap);
             match events.recv_timeout(nap) {
                 Ok(Event::Signal(signal)) if terminates(signal) => {
-                    give_up(&mut session, &status)?;
+                    give_up(&mut session, &status);
                     return Ok(Outcome::Interrupted(signal));
                 }
                 Ok(Event::Waiter(WaiterReport::Acquired {
@@ -231,13 +238,13 @@ pub fn acquire(
                 Ok(Event::Waiter(WaiterReport::Queued(place))) => status.update(place),
                 Ok(Event::Waiter(WaiterReport::Gone)) => break,
                 Ok(Event::Waiter(WaiterReport::Failed(err))) => {
-                    let _ = give_up(&mut session, &status);
+                    give_up(&mut session, &status);
                     return Err(err);
                 }
                 Ok(_) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             if deadline.is_some_and(|at| BootInstant::now() >= at) {
-                give_up(&mut session, &status)?;
+                give_up(&mut session, &status);
                 let (holder, now) = status
                     .place
                     .as_ref()
