@@ -123,16 +123,16 @@ pub enum Report {
     Trouble(String),
 }
 
-/// The renewal thread.
+/// The renewal thread. It has a connection of its own, opened when the first renewal is due,
+/// so the supervisor's connection stays free for the release.
 pub struct Keeper {
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<Option<Session>>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Keeper {
     /// Starts renewing a lease confirmed by a request sent at `sent`.
     pub fn start(
-        session: Session,
         target: Arc<Target>,
         lock: Arc<Lock>,
         token: Token,
@@ -143,18 +143,7 @@ impl Keeper {
         let (stop, stopped) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("keeper".into())
-            .spawn(move || {
-                renew(
-                    Some(session),
-                    &target,
-                    &lock,
-                    &token,
-                    plan,
-                    sent,
-                    &stopped,
-                    &report,
-                )
-            })?;
+            .spawn(move || renew(&target, &lock, &token, plan, sent, &stopped, &report))?;
         Ok(Self {
             stop: Some(stop),
             thread: Some(thread),
@@ -165,17 +154,9 @@ impl Keeper {
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
-
-    /// Stops renewing; returns the connection if it is still usable.
-    pub fn stop(mut self) -> Option<Session> {
-        drop(self.stop.take());
-        self.thread
-            .take()
-            .and_then(|thread| thread.join().ok())
-            .flatten()
-    }
 }
 
+/// Dropping the keeper stops renewing (after any renewal in flight).
 impl Drop for Keeper {
     fn drop(&mut self) {
         drop(self.stop.take());
@@ -185,9 +166,7 @@ impl Drop for Keeper {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn renew(
-    mut session: Option<Session>,
     target: &Target,
     lock: &Lock,
     token: &Token,
@@ -195,14 +174,15 @@ fn renew(
     mut sent: BootInstant,
     stopped: &Receiver<()>,
     report: &impl Fn(Report),
-) -> Option<Session> {
+) {
+    let mut session: Option<Session> = None;
     let mut valid_until = plan.valid_until(sent);
     let mut next = sent + plan.renew_every;
     loop {
         while BootInstant::now() < next {
             match stopped.recv_timeout(next.nap()) {
                 Err(RecvTimeoutError::Timeout) => {}
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => return session,
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
         }
         let attempt = BootInstant::now();
@@ -232,11 +212,11 @@ fn renew(
                 report(Report::Lost(
                     "the key was deleted, expired, or taken by another holder".into(),
                 ));
-                return session;
+                return;
             }
             Err(err) if failure_of(&err) == Some(Failure::Usage) => {
                 report(Report::Lost(format!("{err:#}")));
-                return session;
+                return;
             }
             Err(err) => {
                 // After a timeout a late reply may still arrive on this connection: start afresh.

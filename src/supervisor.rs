@@ -27,7 +27,7 @@ use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::events::{Event, Events};
-use crate::exit::{ChildStatus, Done, Failure, fail};
+use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
 use crate::keeper::{Keeper, Plan, Report};
 use crate::lock::{Lease, Lock, Release};
 use crate::log::Log;
@@ -60,12 +60,12 @@ pub fn supervise(
     let key = lock.name.as_str().to_owned();
     let plan = job.plan;
     let mut valid_until = plan.valid_until(sent);
-    let release = |session: Option<Session>, min_hold: Duration| {
+    let release = |session: Session, min_hold: Duration| {
         release_lock(session, target, lock, lease, min_hold, None, log)
     };
 
     if let Some(signal) = events.pending_signal() {
-        release(Some(session), Duration::ZERO)?;
+        release(session, Duration::ZERO)?;
         log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
@@ -74,7 +74,7 @@ pub fn supervise(
     }
     // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
     if BootInstant::now() >= plan.term_at(valid_until) {
-        release(Some(session), Duration::ZERO)?;
+        release(session, Duration::ZERO)?;
         return Err(fail(
             Failure::Unavailable,
             format!("lock '{key}' was granted too late to start the command safely; released"),
@@ -91,7 +91,7 @@ pub fn supervise(
     let child = match child::spawn(&spec) {
         Ok(child) => child,
         Err(err) => {
-            release(Some(session), Duration::ZERO)?;
+            release(session, Duration::ZERO)?;
             let program = job.argv[0].to_string_lossy();
             let (failure, why) = match err.kind() {
                 std::io::ErrorKind::NotFound => (Failure::NotFound, "command not found".into()),
@@ -108,7 +108,6 @@ pub fn supervise(
     start_reaper(child.pid, job.foreground, events.sender())?;
     let keeper_events = events.sender();
     let keeper = Keeper::start(
-        session,
         Arc::new(target.clone()),
         Arc::new(lock.clone()),
         lease.token.clone(),
@@ -265,12 +264,14 @@ pub fn supervise(
         }
     }
 
-    let session = keeper.stop();
     if job.foreground {
         child::reclaim_terminal();
     }
+    // Release first (the next holder is waiting), then stop renewing: a renewal that lands after
+    // the release finds the token gone and changes nothing.
     let status = exited.unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
     if survivors {
+        drop(keeper);
         // Releasing now would let the next holder run beside them: let the lease run out.
         log.warn(format_args!(
             "processes of the command's group outlived SIGKILL by {}; lock '{key}' is left to expire instead of being released",
@@ -296,9 +297,12 @@ pub fn supervise(
             Some(plan.request_timeout),
             log,
         );
+        drop(keeper);
         return Ok(Done::Reported(Failure::Lost));
     }
-    match release(session, job.min_hold) {
+    let released = release(session, job.min_hold);
+    drop(keeper);
+    match released {
         Ok(Release::NotHeld) => {
             log.notice(format_args!(
                 "lock '{key}' was no longer held when the command ended (expired or taken)"
@@ -322,10 +326,11 @@ pub fn supervise(
     Ok(Done::Child(status))
 }
 
-/// Token-checked release (or keep for the minimum hold), on the keeper's connection if it is
-/// still good, else a fresh one; `bound` caps the connect and command timeouts.
+/// Token-checked release (or keep for the minimum hold). The supervisor's connection may have
+/// sat idle for the whole run: if it fails, one fresh connection is tried. `bound` caps the
+/// connect and command timeouts.
 fn release_lock(
-    session: Option<Session>,
+    mut session: Session,
     target: &Target,
     lock: &Lock,
     lease: &Lease,
@@ -333,15 +338,20 @@ fn release_lock(
     bound: Option<Duration>,
     log: Log,
 ) -> anyhow::Result<Release> {
-    let mut session = match (session, bound) {
-        (Some(session), _) => session,
-        (None, Some(bound)) => target.connect_within(bound)?,
-        (None, None) => target.connect()?,
-    };
     if let Some(bound) = bound {
         session.set_command_timeout(bound)?;
     }
-    let released = lock.release(&mut session, &lease.token, min_hold)?;
+    let released = match lock.release(&mut session, &lease.token, min_hold) {
+        Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
+            log.step(format_args!("releasing failed ({err:#}); reconnecting"));
+            let mut fresh = match bound {
+                Some(bound) => target.connect_within(bound)?,
+                None => target.connect()?,
+            };
+            lock.release(&mut fresh, &lease.token, min_hold)?
+        }
+        result => result?,
+    };
     match released {
         Release::Released => log.step(format_args!("released lock '{}'", lock.name.as_str())),
         Release::Kept(left) => log.step(format_args!(
