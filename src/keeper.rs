@@ -6,7 +6,6 @@
 //! we count only `sent + ttl - drift` (drift = 1% of ttl + 2 ms, for the two clocks' rates).
 //! A request that times out, fails, or is answered late confirms nothing.
 
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -133,8 +132,8 @@ pub struct Keeper {
 impl Keeper {
     /// Starts renewing a lease confirmed by a request sent at `sent`.
     pub fn start(
-        target: Arc<Target>,
-        lock: Arc<Lock>,
+        target: Target,
+        lock: Lock,
         token: Token,
         plan: Plan,
         sent: BootInstant,

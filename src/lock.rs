@@ -223,8 +223,6 @@ pub struct Lease {
     pub token: Token,
     pub fence: u64,
     pub ttl: Duration,
-    /// Server time of the grant (Unix ms).
-    pub granted_at: u64,
 }
 
 /// What `release` did.
@@ -336,7 +334,6 @@ impl Lock {
                 token: token.clone(),
                 fence: redis::from_redis_value(next())?,
                 ttl,
-                granted_at: redis::from_redis_value(next())?,
             })),
             0 => {
                 let now = redis::from_redis_value(next())?;

@@ -13,7 +13,6 @@
 //! - command exited but others of its group live on: SIGTERM them, SIGKILL after the grace.
 
 use std::ffi::OsString;
-use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::time::Duration;
 
@@ -108,8 +107,8 @@ pub fn supervise(
     start_reaper(child.pid, job.foreground, events.sender())?;
     let keeper_events = events.sender();
     let keeper = Keeper::start(
-        Arc::new(target.clone()),
-        Arc::new(lock.clone()),
+        target.clone(),
+        lock.clone(),
         lease.token.clone(),
         plan,
         sent,
