@@ -17,15 +17,10 @@ local token, ttl, mode, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(AR
 local waiter, queued_only, reenter = ARGV[9], ARGV[10] == '1', ARGV[14] == '1'
 local entry_ttl, grant, wake_ttl = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local refused = check_keys({{keys.holders, 'hash'}, {keys.fence, 'string'}, {keys.queue, 'hash'},
-  {keys.wake, 'list'}}, keys.fence)
+local refused, lock = read_lock(keys)
 if refused then return refused end
-local now = server_now()
-local holders, stale_holders = records(keys.holders, now)
-if holders == nil then return foreign(keys.holders, 'holds a field') end
-local queue, stale_queue = records(keys.queue, now)
-if queue == nil then return foreign(keys.queue, 'holds a field') end
-table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
+local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
+local queue, stale_queue = lock.queue, lock.stale_queue
 
 -- A lock is either a read/write lock (exclusive and shared holders) or a semaphore of N.
 local function kind(record)

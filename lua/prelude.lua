@@ -37,6 +37,22 @@ local function records(key, now)
   return live, stale
 end
 
+-- Reads a lock for a script that may change it: checks every key (KEYS[1..4]: holders, fence,
+-- queue, the caller's wake list), then returns nil and {now, holders, stale_holders, queue in
+-- arrival order, stale_queue}; or an error reply when anything there is not redlock's.
+local function read_lock(keys)
+  local refused = check_keys({{keys.holders, 'hash'}, {keys.fence, 'string'}, {keys.queue, 'hash'},
+    {keys.wake, 'list'}}, keys.fence)
+  if refused then return refused end
+  local lock = {now = server_now()}
+  lock.holders, lock.stale_holders = records(keys.holders, lock.now)
+  if lock.holders == nil then return foreign(keys.holders, 'holds a field') end
+  lock.queue, lock.stale_queue = records(keys.queue, lock.now)
+  if lock.queue == nil then return foreign(keys.queue, 'holds a field') end
+  table.sort(lock.queue, function(a, b) return a[2].seq < b[2].seq end)
+  return nil, lock
+end
+
 -- Whether a request like `record` (mode, limit) is admitted now, with `ahead` entries of
 -- `queue` before it: exclusive needs no holder and nobody ahead; shared needs no exclusive
 -- holder and only shared waiters ahead (a queued writer holds back later readers); a semaphore

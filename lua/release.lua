@@ -14,15 +14,10 @@ local keys = {holders = KEYS[1], fence = KEYS[2], queue = KEYS[3], wake = KEYS[4
 local op, token, min_hold, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local grant, wake_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local refused = check_keys({{keys.holders, 'hash'}, {keys.fence, 'string'}, {keys.queue, 'hash'},
-  {keys.wake, 'list'}}, keys.fence)
+local refused, lock = read_lock(keys)
 if refused then return refused end
-local now = server_now()
-local holders, stale_holders = records(keys.holders, now)
-if holders == nil then return foreign(keys.holders, 'holds a field') end
-local queue, stale_queue = records(keys.queue, now)
-if queue == nil then return foreign(keys.queue, 'holds a field') end
-table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
+local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
+local queue, stale_queue = lock.queue, lock.stale_queue
 
 local mine
 for i, holder in ipairs(holders) do
