@@ -404,3 +404,56 @@ impl Timeouts for Redlock {
             .arg(command)
     }
 }
+
+/// The ACL the README documents for redlock's own user.
+const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +exists +get +time +hgetall +hdel +hset +incr +pexpire +del +rpush +ping";
+
+#[test]
+fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
+    let server = RedisServer::start();
+    let add_user = |name: &str, rules: &str| {
+        let mut args = vec!["ACL", "SETUSER", name, "on", ">pw"];
+        args.extend(rules.split_whitespace());
+        server.cmd::<()>(&args);
+        format!("redis://{name}:pw@127.0.0.1:{}", server.port)
+    };
+    let locker = add_user("locker", MINIMAL_ACL);
+    let as_locker = |args: &[&str]| server.redlock(args).env("REDLOCK_URL", &locker);
+
+    let holder = as_locker(&["run", "--key", "k", "--ttl", "3s", "--", "sleep", "1"]).spawn();
+    assert!(crate::util::wait_until(Duration::from_secs(10), || {
+        as_locker(&["inspect", "--key", "k", "-q"])
+            .run()
+            .status
+            .success()
+    }));
+    let out = as_locker(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "20s"]).run();
+    out.code(0);
+    holder.wait(Duration::from_secs(10)).code(0);
+    let token = out.stdout.trim();
+    as_locker(&["extend", "--key", "k", "--token", token, "--ttl", "10s"])
+        .run()
+        .code(0);
+    as_locker(&["list", "--json"]).run().code(0);
+    as_locker(&["release", "--key", "k", "--force"])
+        .run()
+        .code(0);
+
+    // No scripts allowed, or keys outside the user's pattern: permission denied, exit 77.
+    let no_scripts = add_user("no-scripts", "resetkeys ~redlock:* -@all +ping +get");
+    server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10s"])
+        .env("REDLOCK_URL", &no_scripts)
+        .run()
+        .code(77)
+        .one_line_error("permission denied");
+    let other_keys = MINIMAL_ACL.replace("~redlock:*", "~other:*");
+    let elsewhere = add_user("elsewhere", &other_keys);
+    server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10s"])
+        .env("REDLOCK_URL", &elsewhere)
+        .run()
+        .code(77)
+        .one_line_error("permission denied");
+    assert_eq!(server.keys(), ["redlock:{k}:fence"]);
+}
