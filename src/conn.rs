@@ -68,7 +68,10 @@ impl Target {
         if let Some(password) = &self.password {
             settings = settings.set_password(password);
         }
-        info = info.set_redis_settings(settings);
+        // Requests are small and latency is the point: no Nagle delay on the client side.
+        info = info
+            .set_redis_settings(settings)
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let con = redis::Client::open(info)
             .and_then(|client| client.get_connection_with_timeout(connect_timeout))
             .map_err(|err| classify(&err, connect_timeout))
