@@ -558,3 +558,32 @@ fn millis(duration: Duration) -> anyhow::Result<u64> {
         _ => Err(fail(Failure::Usage, "lease must be at least 1ms")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Token;
+
+    #[test]
+    fn tokens_are_unique_hex_and_only_tokens_parse() {
+        let tokens: std::collections::HashSet<String> = (0..100_000)
+            .map(|_| Token::generate().as_str().to_owned())
+            .collect();
+        assert_eq!(tokens.len(), 100_000);
+        assert!(
+            tokens
+                .iter()
+                .all(|token| { token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()) })
+        );
+        let token = tokens.iter().next().unwrap();
+        assert_eq!(Token::parse(&token.to_uppercase()).unwrap().as_str(), token);
+        for bad in [
+            "",
+            "abc",
+            "g0123456789abcdef0123456789abcde",
+            "0123456789abcdef0123456789abcdef0",
+        ] {
+            assert!(Token::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(format!("{:?}", Token::generate()), "Token(***)");
+    }
+}

@@ -317,6 +317,24 @@ fn a_stopped_or_killed_server_stops_the_command_with_125() {
     }
 }
 
+/// A grant whose reply arrives after the lease could have lapsed (the server stalled between
+/// request and reply) must not start the command (mike-marcacci/node-redlock#296).
+#[test]
+fn a_grant_that_arrives_too_late_starts_nothing() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("late-grant");
+    let marker = dir.path().join("ran");
+    server.cmd::<()>(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    let out = server
+        .redlock(&["run", "--key", "job", "--ttl", "1s", "--", "touch"])
+        .arg(&marker)
+        .run();
+    out.code(69)
+        .one_line_error("granted too late to start the command safely");
+    assert!(!marker.exists(), "the command ran on a lapsed lease");
+    assert!(lock_is_free(&server));
+}
+
 #[test]
 fn renewal_keeps_a_long_job_alive() {
     let server = RedisServer::start();
