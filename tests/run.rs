@@ -294,10 +294,7 @@ fn a_stopped_or_killed_server_stops_the_command_with_125() {
         let (running, _) = start_term_probe(&server, dir.path());
         let before = holder_record(&server);
         let gone_at = wall_ms();
-        std::process::Command::new("kill")
-            .args([&format!("-{how}"), &server.pid().to_string()])
-            .status()
-            .unwrap();
+        crate::util::send_signal(server.pid(), how);
         let term_at: u64 = wait_for_file(&dir.path().join("got"), Duration::from_secs(5))
             .parse()
             .unwrap();
@@ -310,10 +307,9 @@ fn a_stopped_or_killed_server_stops_the_command_with_125() {
         assert!(term_at > before["since"].as_u64().unwrap());
         let out = running.wait(Duration::from_secs(10));
         out.code(125).stderr_contains("lost lock 'job'");
-        std::process::Command::new("kill")
-            .args(["-CONT", &server.pid().to_string()])
-            .status()
-            .unwrap();
+        if crate::util::alive(server.pid()) {
+            crate::util::send_signal(server.pid(), "CONT");
+        }
     }
 }
 

@@ -163,9 +163,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         // A stopped server ignores SIGKILL until continued on some kernels; continue it first.
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
+        if alive(self.child.id()) {
+            send_signal(self.child.id(), "CONT");
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -285,11 +285,7 @@ impl Running {
 
     /// Sends a signal (e.g. "TERM", "KILL") to redlock itself.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.pid().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {}", self.pid());
+        send_signal(self.pid(), signal);
     }
 
     /// Waits at most `limit` for the exit; on timeout kills it and fails with its output.
@@ -332,6 +328,14 @@ pub fn field_names(value: &serde_json::Value) -> Vec<&str> {
         .collect();
     names.sort_unstable();
     names
+}
+
+/// Sends signal `name` ("TERM", "KILL", "STOP", ...) to process `pid`.
+#[track_caller]
+pub fn send_signal(pid: u32, name: &str) {
+    let signal: nix::sys::signal::Signal = format!("SIG{name}").parse().expect("a signal name");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, signal).unwrap_or_else(|err| panic!("kill -{name} {pid}: {err}"));
 }
 
 /// Whether process `pid` exists and is not a zombie.
