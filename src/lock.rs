@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::conn::Session;
 use crate::exit::{Failure, fail, failure_of};
@@ -46,13 +46,15 @@ impl fmt::Debug for Token {
     }
 }
 
-/// Who is taking the lock, recorded for `inspect`.
-#[derive(Debug, Clone)]
+/// Who holds or waits for a lock, recorded for `inspect`. Stored as `cmd` in Redis, shown as
+/// `command` in JSON output.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct Identity {
     pub host: String,
     pub pid: u32,
     pub user: String,
     /// The supervised command line, or `acquire` for a bare acquisition.
+    #[serde(rename(deserialize = "cmd"))]
     pub command: String,
 }
 
@@ -139,11 +141,8 @@ pub struct Holder {
     #[serde(default = "one")]
     pub count: u32,
     pub fence: u64,
-    pub host: String,
-    pub pid: u32,
-    pub user: String,
-    #[serde(rename = "cmd")]
-    pub command: String,
+    #[serde(flatten)]
+    pub who: Identity,
     /// Acquired at (Unix ms, server time).
     pub since: u64,
     /// Lease length of the last acquire or extend (ms).
@@ -156,11 +155,8 @@ pub struct Holder {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Queued {
     pub mode: String,
-    pub host: String,
-    pub pid: u32,
-    pub user: String,
-    #[serde(rename = "cmd")]
-    pub command: String,
+    #[serde(flatten)]
+    pub who: Identity,
     /// Joined the queue at (Unix ms, server time).
     pub since: u64,
 }

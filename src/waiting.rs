@@ -382,9 +382,9 @@ impl<'a> Status<'a> {
                     + BootInstant::now().since(place.received);
                 format!(
                     "held by {} pid {} ({}) for {}",
-                    holder.host,
-                    holder.pid,
-                    holder.command,
+                    holder.who.host,
+                    holder.who.pid,
+                    holder.who.command,
                     duration::display(held)
                 )
             }

@@ -8,7 +8,7 @@ use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
 use crate::keys::LockName;
-use crate::lock::{Holder, Lock, LockState};
+use crate::lock::{Holder, Identity, Lock, LockState};
 
 #[derive(Serialize)]
 pub(super) struct LockView<'a> {
@@ -29,10 +29,8 @@ pub(super) struct LockView<'a> {
 struct WaiterView<'a> {
     position: usize,
     mode: &'a str,
-    host: &'a str,
-    pid: u32,
-    user: &'a str,
-    command: &'a str,
+    #[serde(flatten)]
+    who: &'a Identity,
     since: String,
     since_ms: u64,
     waited_ms: u64,
@@ -43,10 +41,8 @@ struct HolderView<'a> {
     mode: &'a str,
     /// Holds by this token (more than 1 when nested invocations re-entered it).
     holds: u32,
-    host: &'a str,
-    pid: u32,
-    user: &'a str,
-    command: &'a str,
+    #[serde(flatten)]
+    who: &'a Identity,
     fence: u64,
     since: String,
     since_ms: u64,
@@ -77,10 +73,7 @@ impl<'a> LockView<'a> {
                 .map(|holder| HolderView {
                     mode: &holder.mode,
                     holds: holder.count,
-                    host: &holder.host,
-                    pid: holder.pid,
-                    user: &holder.user,
-                    command: &holder.command,
+                    who: &holder.who,
                     fence: holder.fence,
                     since: rfc3339(holder.since),
                     since_ms: holder.since,
@@ -96,10 +89,7 @@ impl<'a> LockView<'a> {
                 .map(|(index, waiter)| WaiterView {
                     position: index + 1,
                     mode: &waiter.mode,
-                    host: &waiter.host,
-                    pid: waiter.pid,
-                    user: &waiter.user,
-                    command: &waiter.command,
+                    who: &waiter.who,
                     since: rfc3339(waiter.since),
                     since_ms: waiter.since,
                     waited_ms: state.now.saturating_sub(waiter.since),
@@ -141,16 +131,24 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     } else {
         holder.mode.clone()
     };
-    vec![
-        mode,
-        printable(&holder.host),
-        holder.pid.to_string(),
-        printable(&holder.user),
-        printable(&holder.command),
+    let mut cells = vec![mode];
+    cells.extend(who_cells(&holder.who));
+    cells.extend([
         rfc3339(holder.since),
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
         holder.fence.to_string(),
+    ]);
+    cells
+}
+
+/// Table cells for host, pid, user and command.
+fn who_cells(who: &Identity) -> [String; 4] {
+    [
+        printable(&who.host),
+        who.pid.to_string(),
+        printable(&who.user),
+        printable(&who.command),
     ]
 }
 
@@ -201,16 +199,13 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
                 .to_vec(),
             ];
             rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
-                vec![
-                    (index + 1).to_string(),
-                    waiter.mode.clone(),
-                    printable(&waiter.host),
-                    waiter.pid.to_string(),
-                    printable(&waiter.user),
-                    printable(&waiter.command),
+                let mut cells = vec![(index + 1).to_string(), waiter.mode.clone()];
+                cells.extend(who_cells(&waiter.who));
+                cells.extend([
                     rfc3339(waiter.since),
                     duration::display(elapsed(waiter.since, state.now)),
-                ]
+                ]);
+                cells
             }));
             print_line(table(&rows))?;
         }

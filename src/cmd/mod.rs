@@ -196,10 +196,10 @@ fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Err
 fn describe(holder: &Holder, now: u64) -> String {
     format!(
         "{} pid {} user {} command '{}' fence {}, held for {}, expires in {}",
-        printable(&holder.host),
-        holder.pid,
-        printable(&holder.user),
-        printable(&holder.command),
+        printable(&holder.who.host),
+        holder.who.pid,
+        printable(&holder.who.user),
+        printable(&holder.who.command),
         holder.fence,
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
