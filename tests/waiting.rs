@@ -46,6 +46,40 @@ fn ten_waiters_acquire_in_arrival_order() {
     out.code(0)
         .stdout_contains("QUEUE")
         .stdout_contains("echo 9 >>");
+    // Header and rows line up: MODE is a column of the queue table too.
+    let header = out
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("QUEUE"))
+        .unwrap();
+    let columns: Vec<&str> = header
+        .split("  ")
+        .map(str::trim)
+        .filter(|column| !column.is_empty())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "QUEUE",
+            "MODE",
+            "HOST",
+            "PID",
+            "USER",
+            "COMMAND",
+            "WAITING SINCE",
+            "WAITED"
+        ]
+    );
+    let first = out
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("1 "))
+        .unwrap();
+    assert_eq!(
+        first.split_whitespace().nth(1),
+        Some("exclusive"),
+        "{first}"
+    );
 
     server
         .redlock(&["release", "--key", "job", "--token", &token])

@@ -188,6 +188,7 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
             let mut rows = vec![
                 [
                     "QUEUE",
+                    "MODE",
                     "HOST",
                     "PID",
                     "USER",
