@@ -69,11 +69,11 @@ local function admitted(record, ahead, holders, queue)
   return true
 end
 
--- Pushes a wake-up onto a waiter's list. Its name comes from the queue key (same hash tag, so
--- the same Cluster slot): the caller cannot know which waiter to pass in KEYS.
-local function wake(queue_key, id, wake_ttl)
+-- Pushes `message` onto a waiter's wake list. Its name comes from the queue key (same hash
+-- tag, so the same Cluster slot): the caller cannot know which waiter to pass in KEYS.
+local function wake(queue_key, id, message, wake_ttl)
   local list = string.sub(queue_key, 1, -7) .. ':wake:' .. id
-  redis.call('RPUSH', list, '1')
+  redis.call('RPUSH', list, message)
   redis.call('PEXPIRE', list, wake_ttl)
 end
 
@@ -88,8 +88,10 @@ end
 
 -- Hands room to the queue's head, and to as many behind it as are admitted too (a run of
 -- readers, the next permits of a semaphore), each with a short grant and a fence of its own;
--- stops at `stop_at` (the caller's waiter id). Wakes each one, and the first left waiting, to
--- watch those grants. Updates `holders` and `queue`; returns how many were handed the lock.
+-- stops at `stop_at` (the caller's waiter id). Tells each one 'g:<fence>:<grant expiry>', and
+-- the first left waiting 'w:<earliest holder expiry>:<queue length>:<first holder's record>'
+-- so it watches those grants without a script call of its own. Updates `holders` and `queue`;
+-- returns how many were handed the lock.
 local function hand_off(keys, holders, queue, now, grant, wake_ttl, stop_at)
   local granted = 0
   while queue[1] and queue[1][1] ~= stop_at and admitted(queue[1][2], 0, holders, queue) do
@@ -103,10 +105,16 @@ local function hand_off(keys, holders, queue, now, grant, wake_ttl, stop_at)
     holders[#holders + 1] = {entry.tok, record}
     redis.call('HDEL', keys.queue, id)
     table.remove(queue, 1)
-    wake(keys.queue, id, wake_ttl)
+    wake(keys.queue, id, 'g:' .. record.fence .. ':' .. record.exp, wake_ttl)
     granted = granted + 1
   end
-  if granted > 0 and queue[1] and queue[1][1] ~= stop_at then wake(keys.queue, queue[1][1], wake_ttl) end
+  if granted > 0 and queue[1] and queue[1][1] ~= stop_at then
+    local earliest = holders[1][2].exp
+    for _, holder in ipairs(holders) do
+      if holder[2].exp < earliest then earliest = holder[2].exp end
+    end
+    wake(keys.queue, queue[1][1],
+      'w:' .. earliest .. ':' .. #queue .. ':' .. cjson.encode(holders[1][2]), wake_ttl)
+  end
   return granted
 end
-

@@ -173,6 +173,10 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
             Failure::Usage,
             format!("{detail}; choose another --key or --prefix (nothing was changed)"),
         ),
+        _ if detail.starts_with("max number of clients reached") => fail(
+            Failure::Unavailable,
+            "the server takes no more connections (max number of clients reached)",
+        ),
         _ if err.is_timeout() => fail(
             Failure::Unavailable,
             format!("no answer within {}", duration::display(timeout)),

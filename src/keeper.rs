@@ -5,6 +5,10 @@
 //! a renewal confirmed at `sent` guarantees the lease until `sent + ttl` on the server, of which
 //! we count only `sent + ttl - drift` (drift = 1% of ttl + 2 ms, for the two clocks' rates).
 //! A request that times out, fails, or is answered late confirms nothing.
+//!
+//! A waiter handed the lock starts on its short grant (see `lua/README.md`) instead of spending
+//! a round trip on turning it into a full lease: the grant gets a schedule of its own, scaled to
+//! its length, and the first renewal (a third of the way in) extends it to the full `ttl`.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -95,27 +99,77 @@ impl Plan {
         ))
     }
 
-    /// How long a lease confirmed by a request sent at `sent` is ours.
-    pub fn valid_until(&self, sent: BootInstant) -> BootInstant {
-        sent + (self.ttl - self.drift)
+    /// The deadlines of a lease confirmed as `confirmed`.
+    pub fn window(&self, confirmed: Confirmed) -> Window {
+        match confirmed {
+            Confirmed::Sent(sent) => {
+                let valid_until = sent + (self.ttl - self.drift);
+                Window {
+                    valid_until,
+                    renew_at: sent + self.renew_every,
+                    request_timeout: self.request_timeout,
+                    retry_every: self.retry_every,
+                    term_at: valid_until.minus(self.margin + self.loss_grace),
+                    kill_at: valid_until.minus(self.margin),
+                    loss_grace: self.loss_grace,
+                }
+            }
+            Confirmed::Grant { length, until } => {
+                // The schedule `--ttl <length>` would have; a grant is never shorter than
+                // MIN_TTL, so this plan always exists (else: no time left, the full plan's
+                // margins refuse to start on it).
+                let grant = Plan::new(length, None, self.kill_after, false, self.request_timeout)
+                    .map_or(*self, |(plan, _)| plan);
+                Window {
+                    valid_until: until,
+                    renew_at: until.minus(length - grant.renew_every),
+                    request_timeout: grant.request_timeout,
+                    retry_every: grant.retry_every,
+                    term_at: until.minus(grant.margin + grant.loss_grace),
+                    kill_at: until.minus(grant.margin),
+                    loss_grace: grant.loss_grace,
+                }
+            }
+        }
     }
+}
 
-    /// When to SIGTERM if nothing is confirmed after `valid_until`.
-    pub fn term_at(&self, valid_until: BootInstant) -> BootInstant {
-        valid_until.minus(self.margin + self.loss_grace)
-    }
+/// How the lease `run` starts on was confirmed.
+#[derive(Debug, Clone, Copy)]
+pub enum Confirmed {
+    /// A full lease, by a request sent at this instant.
+    Sent(BootInstant),
+    /// A hand-over grant of `length`, ours until `until` at the earliest.
+    Grant {
+        length: Duration,
+        until: BootInstant,
+    },
+}
 
-    /// When to SIGKILL at the latest, so the group is dead before the lease can lapse.
-    pub fn kill_at(&self, valid_until: BootInstant) -> BootInstant {
-        valid_until.minus(self.margin)
-    }
+/// The deadlines of the lease as last confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The earliest moment the lease can lapse in Redis.
+    pub valid_until: BootInstant,
+    /// When the next renewal is due.
+    pub renew_at: BootInstant,
+    /// Bound on each renewal request.
+    pub request_timeout: Duration,
+    /// Pause between attempts after a failed renewal.
+    pub retry_every: Duration,
+    /// SIGTERM the group if nothing is confirmed by then.
+    pub term_at: BootInstant,
+    /// SIGKILL the group by then at the latest, so it is dead before the lease can lapse.
+    pub kill_at: BootInstant,
+    /// SIGTERM → SIGKILL grace when the lock is lost.
+    pub loss_grace: Duration,
 }
 
 /// What the keeper reports.
 #[derive(Debug)]
 pub enum Report {
-    /// Redis confirmed the lease; it is ours until `valid_until`.
-    Renewed { valid_until: BootInstant },
+    /// Redis confirmed the lease for a full `ttl`.
+    Renewed(Window),
     /// The lock is gone or someone else's: stop at once.
     Lost(String),
     /// A renewal failed; the keeper retries until told to stop.
@@ -123,26 +177,27 @@ pub enum Report {
 }
 
 /// The renewal thread. It has a connection of its own, opened when the first renewal is due,
-/// so the supervisor's connection stays free for the release.
+/// so the supervisor's connection stays free for the release. The supervisor starts it only
+/// when that renewal approaches: a short command never pays for the thread.
 pub struct Keeper {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Keeper {
-    /// Starts renewing a lease confirmed by a request sent at `sent`.
+    /// Starts renewing a lease whose deadlines are `window`.
     pub fn start(
         target: Target,
         lock: Lock,
         token: Token,
         plan: Plan,
-        sent: BootInstant,
+        window: Window,
         report: impl Fn(Report) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (stop, stopped) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("keeper".into())
-            .spawn(move || renew(&target, &lock, &token, plan, sent, &stopped, &report))?;
+            .spawn(move || renew(&target, &lock, &token, plan, window, &stopped, &report))?;
         Ok(Self {
             stop: Some(stop),
             thread: Some(thread),
@@ -170,13 +225,12 @@ fn renew(
     lock: &Lock,
     token: &Token,
     plan: Plan,
-    mut sent: BootInstant,
+    mut window: Window,
     stopped: &Receiver<()>,
     report: &impl Fn(Report),
 ) {
     let mut session: Option<Session> = None;
-    let mut valid_until = plan.valid_until(sent);
-    let mut next = sent + plan.renew_every;
+    let mut next = window.renew_at;
     loop {
         while BootInstant::now() < next {
             match stopped.recv_timeout(next.nap()) {
@@ -186,9 +240,9 @@ fn renew(
         }
         let attempt = BootInstant::now();
         // A reply after the lease could have lapsed proves nothing: never wait past it.
-        let timeout = plan
+        let timeout = window
             .request_timeout
-            .min(valid_until.since(attempt))
+            .min(window.valid_until.since(attempt))
             .max(Duration::from_millis(10));
         let result = match session.take() {
             Some(open) => Ok(open),
@@ -202,10 +256,9 @@ fn renew(
         });
         match result {
             Ok(true) => {
-                sent = attempt;
-                valid_until = plan.valid_until(sent);
-                next = sent + plan.renew_every;
-                report(Report::Renewed { valid_until });
+                window = plan.window(Confirmed::Sent(attempt));
+                next = window.renew_at;
+                report(Report::Renewed(window));
             }
             Ok(false) => {
                 report(Report::Lost(
@@ -221,7 +274,7 @@ fn renew(
                 // After a timeout a late reply may still arrive on this connection: start afresh.
                 session = None;
                 report(Report::Trouble(format!("{err:#}")));
-                next = BootInstant::now() + plan.retry_every;
+                next = BootInstant::now() + window.retry_every;
             }
         }
     }
@@ -244,9 +297,9 @@ mod tests {
         assert_eq!(warning, None);
         // The group is dead before the lease can lapse, and a failed renewal is retried first.
         let sent = BootInstant::now();
-        let valid = plan.valid_until(sent);
-        assert!(plan.kill_at(valid) < sent + plan.ttl);
-        assert!(plan.term_at(valid) > sent + plan.renew_every + plan.request_timeout);
+        let window = plan.window(Confirmed::Sent(sent));
+        assert!(window.kill_at < sent + plan.ttl);
+        assert!(window.term_at > sent + plan.renew_every + plan.request_timeout);
     }
 
     /// The numbers the README quotes for the default `--ttl 30s`.
@@ -254,18 +307,37 @@ mod tests {
     fn plan_for_the_default_ttl() {
         let (plan, _) = Plan::new(30 * S, None, 10 * S, false, 5 * S).unwrap();
         let sent = BootInstant::now();
-        let valid = plan.valid_until(sent);
+        let window = plan.window(Confirmed::Sent(sent));
         assert_eq!(plan.renew_every, 10 * S);
         assert_eq!(plan.request_timeout, 5 * S);
         assert_eq!(plan.loss_grace, Duration::from_millis(6849));
-        assert_eq!(
-            plan.term_at(valid).since(sent),
-            Duration::from_millis(21_849)
-        );
-        assert_eq!(
-            plan.kill_at(valid).since(sent),
-            Duration::from_millis(28_698)
-        );
+        assert_eq!(window.term_at.since(sent), Duration::from_millis(21_849));
+        assert_eq!(window.kill_at.since(sent), Duration::from_millis(28_698));
+    }
+
+    /// Started on a 2 s grant under the default plan: renew a third of the way in, and be
+    /// dead before the grant can lapse if that renewal never comes.
+    #[test]
+    fn a_grant_gets_a_schedule_of_its_own() {
+        let (plan, _) = Plan::new(30 * S, None, 10 * S, false, 5 * S).unwrap();
+        let now = BootInstant::now();
+        let until = now + 2 * S;
+        let window = plan.window(Confirmed::Grant {
+            length: 2 * S,
+            until,
+        });
+        assert_eq!(window.valid_until, until);
+        assert_eq!(window.renew_at.since(now), 2 * S / 3);
+        assert_eq!(window.request_timeout, S / 3);
+        assert_eq!(window.kill_at.since(now), Duration::from_millis(1900));
+        assert!(window.term_at > window.renew_at + window.request_timeout + window.retry_every);
+        assert!(window.term_at < window.kill_at);
+        // A grant that arrives with little time left is due for renewal at once.
+        let late = plan.window(Confirmed::Grant {
+            length: 2 * S,
+            until: now + Duration::from_millis(300),
+        });
+        assert!(late.renew_at <= now);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! (signals to forward), the reaper (`waitpid` on the command and on orphans handed to us as
 //! subreaper) and the keeper (renewals). Deadlines live on `CLOCK_BOOTTIME`:
 //!
-//! - renewals unconfirmed: SIGTERM the group at `valid_until − margin − grace`, SIGKILL at
-//!   `valid_until − margin`, so it is dead before the lease can lapse in Redis; exit 125;
+//! - renewals unconfirmed: SIGTERM the group at the window's `term_at` (`valid_until − margin −
+//!   grace`), SIGKILL at its `kill_at` (`valid_until − margin`), so it is dead before the lease
+//!   can lapse in Redis; exit 125;
 //! - lock gone or taken: the same, starting at once;
 //! - INT/TERM received: forwarded; SIGKILL after `--kill-after`, or at once on a second one;
 //! - `--max-runtime`: SIGTERM, SIGKILL after `--kill-after`; exit 124;
@@ -27,7 +28,7 @@ use crate::conn::{Session, Target};
 use crate::duration;
 use crate::events::{Event, Events};
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
-use crate::keeper::{Keeper, Plan, Report};
+use crate::keeper::{Confirmed, Keeper, Plan, Report, Window};
 use crate::lock::{Lease, Lock, Release};
 use crate::log::Log;
 use crate::signals;
@@ -43,8 +44,8 @@ pub struct Job {
     pub foreground: bool,
 }
 
-/// Runs `job` under a lease just granted by a request sent at `sent`; releases the lock
-/// after the command's group is gone and returns how the run ended.
+/// Runs `job` under a lease just confirmed as `confirmed`; releases the lock after the
+/// command's group is gone and returns how the run ended.
 #[allow(clippy::too_many_arguments)]
 pub fn supervise(
     events: Events,
@@ -52,13 +53,15 @@ pub fn supervise(
     target: &Target,
     lock: &Lock,
     lease: &Lease,
-    sent: BootInstant,
+    confirmed: Confirmed,
     job: &Job,
     log: Log,
 ) -> anyhow::Result<Done> {
     let key = lock.name.as_str().to_owned();
     let plan = job.plan;
-    let mut valid_until = plan.valid_until(sent);
+    let mut window = plan.window(confirmed);
+    // When the window was last confirmed, for the message if renewals stop working.
+    let mut confirmed_at = BootInstant::now();
     let release = |session: Session, min_hold: Duration| {
         release_lock(session, target, lock, lease, min_hold, None, log)
     };
@@ -72,7 +75,7 @@ pub fn supervise(
         return Ok(Done::Interrupted(signal));
     }
     // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
-    if BootInstant::now() >= plan.term_at(valid_until) {
+    if BootInstant::now() >= window.term_at {
         release(session, Duration::ZERO)?;
         return Err(fail(
             Failure::Unavailable,
@@ -105,17 +108,22 @@ pub fn supervise(
     let started = BootInstant::now();
     log.step(format_args!("started pid {}", child.pid));
     start_reaper(child.pid, job.foreground, events.sender())?;
-    let keeper_events = events.sender();
-    let keeper = Keeper::start(
-        target.clone(),
-        lock.clone(),
-        lease.token.clone(),
-        plan,
-        sent,
-        move |report| {
-            let _ = keeper_events.send(Event::Keeper(report));
-        },
-    )?;
+    // Started shortly before the first renewal is due (see `Keeper`).
+    let keeper_from = window.renew_at.minus(window.renew_at.since(started) / 2);
+    let mut keeper: Option<Keeper> = None;
+    let start_keeper = |window: Window| {
+        let keeper_events = events.sender();
+        Keeper::start(
+            target.clone(),
+            lock.clone(),
+            lease.token.clone(),
+            plan,
+            window,
+            move |report| {
+                let _ = keeper_events.send(Event::Keeper(report));
+            },
+        )
+    };
 
     let max_runtime_at = job.max_runtime.map(|limit| started + limit);
     let mut exited: Option<ChildStatus> = None;
@@ -142,7 +150,10 @@ pub fn supervise(
     loop {
         let mut wake = BootInstant::now() + crate::clock::MAX_NAP;
         if !lost {
-            wake = wake.min(plan.term_at(valid_until));
+            wake = wake.min(window.term_at);
+        }
+        if keeper.is_none() {
+            wake = wake.min(keeper_from);
         }
         for at in [kill_at, max_runtime_at].into_iter().flatten() {
             wake = wake.min(at);
@@ -174,14 +185,15 @@ pub fn supervise(
                 child::hand_terminal_to(child.pid);
                 child.signal_group(Signal::SIGCONT);
             }
-            Ok(Event::Keeper(Report::Renewed { valid_until: until })) => {
-                valid_until = until;
+            Ok(Event::Keeper(Report::Renewed(renewed))) => {
+                window = renewed;
+                confirmed_at = BootInstant::now();
                 if trouble.take().is_some() {
                     log.notice(format_args!("renewing lock '{key}' works again"));
                 }
                 log.step(format_args!(
                     "renewed lock '{key}' ({} of lease left)",
-                    duration::display(until.remaining())
+                    duration::display(window.valid_until.remaining())
                 ));
             }
             Ok(Event::Keeper(Report::Lost(why))) => {
@@ -190,8 +202,7 @@ pub fn supervise(
                     log.notice(format_args!(
                         "lost lock '{key}': {why}; stopping the command"
                     ));
-                    let deadline =
-                        (BootInstant::now() + plan.loss_grace).min(plan.kill_at(valid_until));
+                    let deadline = (BootInstant::now() + window.loss_grace).min(window.kill_at);
                     stop(deadline, &mut stopping, &mut kill_at);
                 }
             }
@@ -199,7 +210,7 @@ pub fn supervise(
                 if trouble.is_none() {
                     log.warn(format_args!(
                         "renewing lock '{key}' failed: {why}; retrying (the command is stopped at {} if this goes on)",
-                        duration::display(plan.term_at(valid_until).remaining())
+                        duration::display(window.term_at.remaining())
                     ));
                 }
                 trouble = Some(why);
@@ -209,21 +220,25 @@ pub fn supervise(
         }
 
         let now = BootInstant::now();
-        if !lost && (now >= plan.term_at(valid_until) || keeper.is_finished()) {
+        if keeper.is_none() && now >= keeper_from && !lost {
+            keeper = Some(start_keeper(window)?);
+        }
+        let keeper_ended = keeper.as_ref().is_some_and(Keeper::is_finished);
+        if !lost && (now >= window.term_at || keeper_ended) {
             lost = true;
-            let why = if keeper.is_finished() {
+            let why = if keeper_ended {
                 "the renewal thread stopped".to_owned()
             } else {
                 format!(
                     "renewals not confirmed for {} ({})",
-                    duration::display(now.since(valid_until.minus(plan.ttl - plan.drift))),
+                    duration::display(now.since(confirmed_at)),
                     trouble.as_deref().unwrap_or("no reply")
                 )
             };
             log.notice(format_args!(
                 "lost lock '{key}': {why}; stopping the command before the lease can lapse"
             ));
-            stop(plan.kill_at(valid_until), &mut stopping, &mut kill_at);
+            stop(window.kill_at, &mut stopping, &mut kill_at);
         }
         if let Some(at) = max_runtime_at
             && now >= at
@@ -237,7 +252,7 @@ pub fn supervise(
             ));
             stop(now + plan.kill_after, &mut stopping, &mut kill_at);
         }
-        if lost && killed_at.is_none() && now >= plan.kill_at(valid_until) {
+        if lost && killed_at.is_none() && now >= window.kill_at {
             kill_at = Some(now);
         }
         if let Some(at) = kill_at

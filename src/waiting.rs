@@ -1,11 +1,18 @@
 //! Waiting for a lock in its FIFO queue, without polling.
 //!
 //! The first attempt joins the queue (one script call). A waiter thread then blocks on the
-//! waiter's own wake list (BLPOP), which scripts push to when the lock is handed to it or when
-//! it should look again; each block lasts at most until the holder's expiry (for the first two
-//! in line), the queue entry's refresh, or the end of `--wait`. After every wake-up the thread
-//! makes one script call that claims the lock or refreshes its place; that call may only claim
-//! (never re-join), so nothing it does after the waiter gave up can take the lock.
+//! waiter's own wake list (BLPOP), which scripts push to when the lock is handed to it, or when
+//! it has become first in line and must watch the new holders' short grants; each block lasts
+//! at most until the holder's expiry (for the first two in line), the queue entry's refresh,
+//! or the end of `--wait`. A block that ends without a wake-up, and a hand-over to a caller that
+//! does not renew by itself (`acquire`), lead to one script call that claims the lock or
+//! refreshes the place; that call may only claim (never re-join), so nothing it does after the
+//! waiter gave up can take the lock. `run` starts on the grant itself (its first renewal makes
+//! it a full lease), so a hand-over costs the next holder no round trip after the wake-up.
+//!
+//! Grant expiries are server times. They become local deadlines through the last script call
+//! of this waiter: the server read its clock (`now`) after the call was sent, so a server time
+//! `t` cannot come before `sent + (t - now)`, less 1% + 2 ms for the clocks' rates.
 //!
 //! The calling thread meanwhile listens for signals and the `--wait` deadline: either makes it
 //! leave the queue (giving back a lock handed over in the meantime) at once, and it keeps the
@@ -21,9 +28,10 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::events::{Event, Events};
+use crate::keeper::Confirmed;
 use crate::lock::{
-    Acquisition, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Request, Token,
-    Waiter,
+    Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Request,
+    Token, Waiter, Wake,
 };
 use crate::log::Log;
 
@@ -51,7 +59,7 @@ impl Wait {
 pub enum WaiterReport {
     Acquired {
         lease: Lease,
-        sent: BootInstant,
+        confirmed: Confirmed,
         session: Session,
     },
     Queued(Place),
@@ -80,14 +88,15 @@ pub struct Ask {
     pub wait: Wait,
     /// The token of an enclosing invocation that holds this lock: re-enter it if it still does.
     pub reenter: Option<Token>,
+    /// The caller renews the lease itself (`run`): a lock handed over is taken on its grant.
+    pub renews: bool,
 }
 
 /// How an acquisition ended.
 pub enum Outcome {
     Acquired {
         lease: Lease,
-        /// When the confirming request was sent: the lease is ours until `sent + ttl`.
-        sent: BootInstant,
+        confirmed: Confirmed,
         session: Session,
     },
     /// Busy, and not waiting (or the wait ran out): who held it, at server time `now`.
@@ -111,6 +120,7 @@ pub fn acquire(
         ref who,
         wait,
         ref reenter,
+        renews: _,
     } = *ask;
     if let Some(token) = reenter {
         let sent = BootInstant::now();
@@ -129,7 +139,7 @@ pub fn acquire(
                 ));
                 return Ok(Outcome::Acquired {
                     lease,
-                    sent,
+                    confirmed: Confirmed::Sent(sent),
                     session,
                 });
             }
@@ -165,7 +175,7 @@ pub fn acquire(
                 Acquisition::Acquired(lease) => {
                     return Ok(Outcome::Acquired {
                         lease,
-                        sent,
+                        confirmed: Confirmed::Sent(sent),
                         session,
                     });
                 }
@@ -196,9 +206,11 @@ pub fn acquire(
             target.clone(),
             lock.clone(),
             waiter.clone(),
-            ttl,
-            mode,
-            who.clone(),
+            Ask {
+                reenter: None,
+                ..ask.clone()
+            },
+            Sync { sent, now },
             hint,
             deadline,
             Arc::clone(&abandoned),
@@ -225,13 +237,13 @@ pub fn acquire(
                 }
                 Ok(Event::Waiter(WaiterReport::Acquired {
                     lease,
-                    sent,
+                    confirmed,
                     session,
                 })) => {
                     status.acquired();
                     return Ok(Outcome::Acquired {
                         lease,
-                        sent,
+                        confirmed,
                         session,
                     });
                 }
@@ -267,14 +279,33 @@ fn terminates(signal: i32) -> bool {
     [SIGINT, SIGTERM, SIGHUP, SIGQUIT].contains(&signal)
 }
 
+/// A reading of the server's clock (`now`, Unix ms) taken after `sent`.
+#[derive(Debug, Clone, Copy)]
+struct Sync {
+    sent: BootInstant,
+    now: u64,
+}
+
+impl Sync {
+    /// The earliest local instant at which the server's clock can read `server_ms`.
+    fn earliest(self, server_ms: u64) -> BootInstant {
+        let span = Duration::from_millis(server_ms.saturating_sub(self.now));
+        self.sent + span.saturating_sub(span / 100 + Duration::from_millis(2))
+    }
+
+    /// About when the server's clock reads `server_ms`, for waking up just after it.
+    fn about(self, server_ms: u64) -> BootInstant {
+        self.sent + Duration::from_millis(server_ms.saturating_sub(self.now))
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn start_waiter(
     target: Target,
     lock: Lock,
     waiter: Waiter,
-    ttl: Duration,
-    mode: Mode,
-    who: Identity,
+    ask: Ask,
+    joined: Sync,
     first_hint: Duration,
     deadline: Option<BootInstant>,
     abandoned: Arc<AtomicBool>,
@@ -290,35 +321,81 @@ fn start_waiter(
                 Ok(session) => session,
                 Err(err) => return report(WaiterReport::Failed(err)),
             };
-            let mut hint = first_hint;
+            let mut sync = joined;
+            // When something may change without a wake-up: just past the holder's expiry, so
+            // a crashed holder is taken over promptly.
+            let mut look_at = sync.sent + first_hint + Duration::from_millis(10);
             loop {
-                // Just past the holder's expiry, so a crashed holder is taken over promptly.
-                let mut block = (hint + Duration::from_millis(10)).min(QUEUE_ENTRY_TTL / 3);
+                let refresh_at = sync.sent + QUEUE_ENTRY_TTL / 3;
+                let mut until = look_at.min(refresh_at);
                 if let Some(deadline) = deadline {
-                    block = block.min(deadline.remaining());
-                }
-                if block.is_zero() || abandoned.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Err(err) = lock.wait_for_wake(&mut session, &waiter, block) {
-                    return report(WaiterReport::Failed(err));
+                    if deadline.remaining().is_zero() {
+                        return;
+                    }
+                    until = until.min(deadline);
                 }
                 if abandoned.load(Ordering::SeqCst) {
                     return;
                 }
+                let block = until.remaining();
+                let woken = if block.is_zero() {
+                    None
+                } else {
+                    match lock.wait_for_wake(&mut session, &waiter, block) {
+                        Ok(woken) => woken,
+                        Err(err) => return report(WaiterReport::Failed(err)),
+                    }
+                };
+                if abandoned.load(Ordering::SeqCst) {
+                    return;
+                }
+                match woken {
+                    Some(Wake::Granted { fence, expires }) if ask.renews => {
+                        let lease = Lease {
+                            token: waiter.token.clone(),
+                            fence,
+                            ttl: GRANT,
+                        };
+                        let confirmed = Confirmed::Grant {
+                            length: GRANT,
+                            until: sync.earliest(expires),
+                        };
+                        return report(WaiterReport::Acquired {
+                            lease,
+                            confirmed,
+                            session,
+                        });
+                    }
+                    Some(Wake::Watch {
+                        expires,
+                        length,
+                        holder,
+                    }) if BootInstant::now() < refresh_at => {
+                        look_at = sync.about(expires) + Duration::from_millis(10);
+                        report(WaiterReport::Queued(Place {
+                            holder,
+                            now: expires.saturating_sub(GRANT.as_millis() as u64),
+                            position: 1,
+                            length,
+                            received: BootInstant::now(),
+                        }));
+                        continue;
+                    }
+                    _ => {}
+                }
                 let sent = BootInstant::now();
                 let request = Request {
                     token: &waiter.token,
-                    ttl,
-                    mode,
-                    who: &who,
+                    ttl: ask.ttl,
+                    mode: ask.mode,
+                    who: &ask.who,
                     reenter: false,
                 };
                 match lock.acquire(&mut session, &request, Queueing::Stay(&waiter)) {
                     Ok(Acquisition::Acquired(lease)) => {
                         return report(WaiterReport::Acquired {
                             lease,
-                            sent,
+                            confirmed: Confirmed::Sent(sent),
                             session,
                         });
                     }
@@ -327,9 +404,10 @@ fn start_waiter(
                         now,
                         position,
                         length,
-                        hint: next,
+                        hint,
                     }) => {
-                        hint = next;
+                        sync = Sync { sent, now };
+                        look_at = sent + hint + Duration::from_millis(10);
                         report(WaiterReport::Queued(Place {
                             holder,
                             now,

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::util::{RedisServer, Running, TempDir, wait_for_file, wait_until, wall_ms};
+use crate::util::{RedisServer, Running, TempDir, alive, wait_for_file, wait_until, wall_ms};
 
 fn waiters(server: &RedisServer) -> usize {
     let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
@@ -99,6 +99,142 @@ fn ten_waiters_acquire_in_arrival_order() {
         ["redlock:{job}:fence"],
         "the queue left keys behind"
     );
+}
+
+/// `run` starts on the grant a release hands it: no script call of its own between the
+/// hand-over and the command's start. Its first renewal, a third of the way into the 2 s grant,
+/// makes the grant a full lease, so a command that outlives the grant keeps the lock.
+#[test]
+fn a_run_handed_the_lock_starts_on_its_grant_and_renews_it() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("grant");
+    let started = dir.path().join("started");
+    let token = hold(&server, "60s");
+    let running = queue_run(
+        &server,
+        &format!("date +%s%3N > {}; sleep 3", started.display()),
+        1,
+    );
+    let monitor = server.monitor();
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    let started_at: u64 = wait_for_file(&started, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let record = || -> serde_json::Value {
+        let records: Vec<String> = server.cmd(&["HVALS", "redlock:{job}:holders"]);
+        serde_json::from_str(&records[0]).unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_secs(3), || record()["ttl"] == 30_000),
+        "the grant was not renewed to the full lease: {}",
+        record()
+    );
+    running.wait(Duration::from_secs(10)).code(0);
+    let commands = monitor.stop();
+    let scripts: Vec<&(u64, String)> = commands
+        .iter()
+        .filter(|(_, line)| line.contains("\"EVALSHA\"") || line.contains("\"EVAL\""))
+        .collect();
+    let (released_at, _) = scripts.first().expect("the release is seen");
+    let before_start: Vec<_> = scripts
+        .iter()
+        .filter(|(at, _)| at > released_at && *at < started_at)
+        .collect();
+    assert!(
+        before_start.is_empty(),
+        "script calls between the hand-over and the start: {before_start:?}"
+    );
+    assert!(
+        scripts.iter().any(|(at, _)| *at > started_at),
+        "no renewal after the start: {commands:?}"
+    );
+}
+
+/// A run started on its grant whose renewal cannot get through (the server takes no new
+/// connection, and the keeper opens its own for the first renewal) stops the command before
+/// the grant can lapse, on the grant's own shorter schedule, and exits 125.
+#[test]
+fn a_run_whose_grant_is_never_renewed_stops_before_the_grant_lapses() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("grant-lost");
+    let go = dir.path().join("go");
+    // A holder whose connection is open already, so it can release once no new one is taken.
+    let holder = server
+        .redlock(&["run", "--key", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.02; done",
+            go.display()
+        ))
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .redlock(&["inspect", "--key", "job", "-q"])
+        .run()
+        .status
+        .success()));
+    let d = dir.path().display();
+    let waiter = queue_run(
+        &server,
+        &format!(
+            "trap 'date +%s%3N > {d}/got; exit 1' TERM; echo $$ > {d}/pid; while :; do sleep 0.05; done"
+        ),
+        1,
+    );
+    let mut con = server.client();
+    let connected = |con: &mut redis::Connection| -> usize {
+        let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("connected_clients:"))
+            .and_then(|count| count.trim().parse().ok())
+            .unwrap()
+    };
+    // The holder's connection, the waiter's two, and this one.
+    assert!(
+        wait_until(Duration::from_secs(5), || connected(&mut con) == 4),
+        "{} clients connected",
+        connected(&mut con)
+    );
+    // Two: no new connection even after the holder's is gone and the waiter kept only one of
+    // its own (the one its wake-up came on).
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxclients", "2"][..])
+        .query(&mut con)
+        .unwrap();
+    std::fs::write(&go, "").unwrap();
+    holder.wait(Duration::from_secs(10)).code(0);
+
+    let pid: u32 = wait_for_file(&dir.path().join("pid"), Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    let records: Vec<String> = redis::cmd("HVALS")
+        .arg("redlock:{job}:holders")
+        .query(&mut con)
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
+    assert_eq!(record["ttl"], 2000, "not the grant: {record}");
+    let expiry = record["exp"].as_u64().unwrap();
+    let dead = wait_until(Duration::from_secs(5), || !alive(pid));
+    let dead_at = wall_ms();
+    assert!(dead, "the command is still running");
+    assert!(
+        dead_at < expiry,
+        "the command died {} ms after the grant expired",
+        dead_at - expiry
+    );
+    let term_at: u64 = wait_for_file(&dir.path().join("got"), Duration::from_secs(1))
+        .parse()
+        .unwrap();
+    assert!(term_at < expiry);
+    let out = waiter.wait(Duration::from_secs(10));
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxclients", "10000"][..])
+        .query(&mut con)
+        .unwrap();
+    out.code(125)
+        .stderr_contains("renewals not confirmed")
+        .stderr_contains("max number of clients reached");
 }
 
 #[test]
@@ -325,6 +461,12 @@ fn commands_per_acquisition_do_not_grow_with_the_hold_time() {
     assert!(
         long_sent <= short_sent * 1.25 && long_all <= short_all * 1.25,
         "{long_sent:.2} commands per acquisition with a 300 ms hold vs {short_sent:.2} with 10 ms: something polls"
+    );
+    // Join, the wake-up (and, for the next in line, one more block to watch the grant) and the
+    // release: `run` starts on the grant without a claim of its own.
+    assert!(
+        short_sent < 4.5,
+        "{short_sent:.2} commands per acquisition: more than join, wake-ups and release"
     );
 }
 

@@ -168,6 +168,7 @@ fn ask(args: &LockArgs, name: &LockName, ttl: Duration, command: &str) -> Ask {
             .ok()
             .filter(|_| nested)
             .and_then(|token| Token::parse(&token).ok()),
+        renews: false,
     }
 }
 

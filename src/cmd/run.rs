@@ -13,7 +13,7 @@ use crate::keeper::Plan;
 use crate::keys::LockName;
 use crate::lock::Lock;
 use crate::supervisor::{self, Job};
-use crate::waiting::{self, Outcome};
+use crate::waiting::{self, Ask, Outcome};
 use crate::{child, duration};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
@@ -41,18 +41,21 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     let session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
-    let ask = ask(&args.lock, &lock.name, plan.ttl, &command_line(&argv));
+    let ask = Ask {
+        renews: true,
+        ..ask(&args.lock, &lock.name, plan.ttl, &command_line(&argv))
+    };
     let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
-    let (lease, sent, session) = match outcome {
+    let (lease, confirmed, session) = match outcome {
         Outcome::Busy { holder, now } => {
             return Err(busy(key, holder.as_ref(), now, args.lock.wait));
         }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired {
             lease,
-            sent,
+            confirmed,
             session,
-        } => (lease, sent, session),
+        } => (lease, confirmed, session),
     };
     context.log.step(format_args!(
         "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
@@ -86,7 +89,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         &context.target,
         &lock,
         &lease,
-        sent,
+        confirmed,
         &job,
         context.log,
     )

@@ -10,7 +10,8 @@ use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Path of the binary under test.
@@ -150,6 +151,36 @@ impl RedisServer {
         let mut keys: Vec<String> = self.cmd(&["KEYS", "*"]);
         keys.sort();
         keys
+    }
+
+    /// Starts recording every command the server runs (MONITOR).
+    pub fn monitor(&self) -> Monitor {
+        let mut con = self.client();
+        con.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        con.send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+            .unwrap();
+        // The OK: from here on every command is seen.
+        let _ = con.recv_response().expect("MONITOR is accepted");
+        let stop = Arc::new(AtomicBool::new(false));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (stop, lines) = (Arc::clone(&stop), Arc::clone(&lines));
+            // Bounded: a monitor that is never stopped ends after a minute.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    if let Ok(redis::Value::SimpleString(line)) = con.recv_response() {
+                        lines.lock().unwrap().push(line);
+                    }
+                }
+            })
+        };
+        Monitor {
+            stop,
+            lines,
+            thread: Some(thread),
+        }
     }
 
     /// A `redlock` invocation pointed at this server.
@@ -445,6 +476,38 @@ impl Output {
             self.stdout,
             self.stderr,
         )
+    }
+}
+
+/// Commands a server ran, as MONITOR shows them.
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    lines: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    /// Stops recording; returns (server wall-clock ms, command line) in order.
+    pub fn stop(mut self) -> Vec<(u64, String)> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        lines
+            .into_iter()
+            .filter_map(|line| {
+                let (time, rest) = line.split_once(' ')?;
+                let ms = (time.parse::<f64>().ok()? * 1000.0) as u64;
+                Some((ms, rest.to_owned()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
