@@ -63,8 +63,9 @@ pub enum WaiterReport {
         session: Session,
     },
     Queued(Place),
-    /// The queue entry is gone (it expired while this process was suspended).
-    Gone,
+    /// The queue entry is gone (it expired while this process was suspended); the connection
+    /// comes back for joining again.
+    Gone(Session),
     Failed(anyhow::Error),
 }
 
@@ -201,9 +202,11 @@ pub fn acquire(
             received: BootInstant::now(),
         });
 
+        // The waiter thread takes the connection (one per waiting process); leaving the queue
+        // from here, which is rare, opens a fresh one.
         let abandoned = Arc::new(AtomicBool::new(false));
         start_waiter(
-            target.clone(),
+            session,
             lock.clone(),
             waiter.clone(),
             Ask {
@@ -218,10 +221,13 @@ pub fn acquire(
         )?;
         // Leaves the queue. If Redis cannot be told, the entry expires by itself (30 s) and
         // any lock handed over meanwhile at its short grant: worth a warning, not a failure.
-        let give_up = |session: &mut Session, status: &Status| {
+        let give_up = |status: &Status| {
             abandoned.store(true, Ordering::SeqCst);
             status.clear();
-            if let Err(err) = lock.leave(session, &waiter) {
+            let left = target
+                .connect()
+                .and_then(|mut fresh| lock.leave(&mut fresh, &waiter));
+            if let Err(err) = left {
                 log.warn(format_args!(
                     "could not leave the queue of lock '{}' ({err:#}); the entry expires by itself",
                     lock.name.as_str()
@@ -232,7 +238,7 @@ pub fn acquire(
             let nap = deadline.map_or(MAX_NAP, BootInstant::nap);
             match events.recv_timeout(nap) {
                 Ok(Event::Signal(signal)) if terminates(signal) => {
-                    give_up(&mut session, &status);
+                    give_up(&status);
                     return Ok(Outcome::Interrupted(signal));
                 }
                 Ok(Event::Waiter(WaiterReport::Acquired {
@@ -248,15 +254,18 @@ pub fn acquire(
                     });
                 }
                 Ok(Event::Waiter(WaiterReport::Queued(place))) => status.update(place),
-                Ok(Event::Waiter(WaiterReport::Gone)) => break,
+                Ok(Event::Waiter(WaiterReport::Gone(back))) => {
+                    session = back;
+                    break;
+                }
                 Ok(Event::Waiter(WaiterReport::Failed(err))) => {
-                    give_up(&mut session, &status);
+                    give_up(&status);
                     return Err(err);
                 }
                 Ok(_) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             if deadline.is_some_and(|at| BootInstant::now() >= at) {
-                give_up(&mut session, &status);
+                give_up(&status);
                 let (holder, now) = status
                     .place
                     .as_ref()
@@ -301,7 +310,7 @@ impl Sync {
 
 #[allow(clippy::too_many_arguments)]
 fn start_waiter(
-    target: Target,
+    mut session: Session,
     lock: Lock,
     waiter: Waiter,
     ask: Ask,
@@ -317,10 +326,6 @@ fn start_waiter(
     std::thread::Builder::new()
         .name("waiter".into())
         .spawn(move || {
-            let mut session = match target.connect() {
-                Ok(session) => session,
-                Err(err) => return report(WaiterReport::Failed(err)),
-            };
             let mut sync = joined;
             // When something may change without a wake-up: just past the holder's expiry, so
             // a crashed holder is taken over promptly.
@@ -417,7 +422,7 @@ fn start_waiter(
                         }));
                     }
                     Ok(Acquisition::Gone | Acquisition::NotHeldByToken) => {
-                        return report(WaiterReport::Gone);
+                        return report(WaiterReport::Gone(session));
                     }
                     Err(err) => return report(WaiterReport::Failed(err)),
                 }
