@@ -5,10 +5,14 @@ Starts a private redis-server on a free loopback port and measures, for both too
   1. uncontended overhead: median wall time of `TOOL -- true` minus that of bare `true`;
   2. hand-off gap with 8 workers x 25 iterations, each child holding the lock 10 ms:
      p50 / p99 of (next holder's start - previous holder's end), logged by the children;
-  3. Redis commands per contended acquisition (redlock only: INFO commandstats);
+  3. Redis round trips per contended acquisition (redlock only: INFO commandstats);
   4. peak RSS (VmHWM) of the wrapper process while its child runs.
 
-Usage: cargo build --release && python3 benches/flock_vs_redlock.py [--runs N]
+The machine's speed drifts over seconds (other tenants of a VM, frequency), so the tools are
+measured in alternation: the overhead runs interleave bare / flock / redlock, and the hand-off
+runs alternate flock and redlock for --rounds rounds, pooling the gaps of each tool.
+
+Usage: cargo build --release && python3 benches/flock_vs_redlock.py [--runs N] [--rounds N]
 Prints a Markdown table. Nothing here asserts; the numbers go into the README.
 """
 
@@ -58,13 +62,15 @@ class Redis:
         self.process.wait()
 
 
-def median_ms(command, runs, env):
-    times = []
+def median_ms(commands, runs, env):
+    """Median wall time in ms of each command, the commands run in turn `runs` times."""
+    times = [[] for _ in commands]
     for _ in range(runs):
-        start = time.perf_counter_ns()
-        subprocess.run(command, env=env, check=True)
-        times.append((time.perf_counter_ns() - start) / 1e6)
-    return statistics.median(times)
+        for i, command in enumerate(commands):
+            start = time.perf_counter_ns()
+            subprocess.run(command, env=env, check=True)
+            times[i].append((time.perf_counter_ns() - start) / 1e6)
+    return [statistics.median(t) for t in times]
 
 
 def handoff_gaps(worker_command, log, env):
@@ -80,6 +86,7 @@ def handoff_gaps(worker_command, log, env):
         thread.join()
     events = sorted((int(t), what) for t, what in
                     (line.split() for line in open(log).read().splitlines()))
+    os.unlink(log)
     assert len(events) == 2 * WORKERS * ITERATIONS, "not every iteration ran"
     gaps, last_end, inside = [], None, 0
     for t, what in events:
@@ -110,7 +117,9 @@ def peak_rss_kib(command, env):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="runs per overhead median")
-    runs = parser.parse_args().runs
+    parser.add_argument("--rounds", type=int, default=3, help="hand-off rounds per tool")
+    options = parser.parse_args()
+    runs, rounds = options.runs, options.rounds
     if not os.access(REDLOCK, os.X_OK):
         sys.exit("build first: cargo build --release")
     for tool in ("flock", "redis-server", "redis-cli"):
@@ -125,26 +134,28 @@ def main():
     env["REDLOCK_URL"] = f"redis://127.0.0.1:{redis.port}"
     lockfile = os.path.join(work, "flock")
     try:
-        bare = median_ms(["true"], runs, env)
-        flock_total = median_ms(["flock", lockfile, "true"], runs, env)
-        redlock_total = median_ms([REDLOCK, "run", "--key", "bench", "--", "true"], runs, env)
+        bare, flock_total, redlock_total = median_ms(
+            [["true"], ["flock", lockfile, "true"],
+             [REDLOCK, "run", "--key", "bench", "--", "true"]], runs, env)
 
         def child(log):
             return ["sh", "-c", f'echo "$(date +%s%N) start" >> {log}; sleep {HOLD}; '
                                 f'echo "$(date +%s%N) end" >> {log}']
 
-        flock_log = os.path.join(work, "flock.log")
-        flock_gaps = handoff_gaps(["flock", lockfile, *child(flock_log)], flock_log, env)
-        redis.cli("CONFIG", "RESETSTAT")
-        redlock_log = os.path.join(work, "redlock.log")
-        redlock_gaps = handoff_gaps(
-            [REDLOCK, "run", "-q", "--key", "bench", "--wait", "60s", "--", *child(redlock_log)],
-            redlock_log, env)
-        stats = redis.cli("INFO", "commandstats")
-        sent = sum(int(line.split("calls=")[1].split(",")[0]) for line in stats.splitlines()
-                   if line.split(":")[0] in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_blpop",
-                                             "cmdstat_script|load"))
-        per_acquisition = sent / (WORKERS * ITERATIONS)
+        log = os.path.join(work, "gaps.log")
+        flock_gaps, redlock_gaps, sent = [], [], 0
+        for _ in range(rounds):
+            flock_gaps += handoff_gaps(["flock", lockfile, *child(log)], log, env)
+            redis.cli("CONFIG", "RESETSTAT")
+            redlock_gaps += handoff_gaps(
+                [REDLOCK, "run", "-q", "--key", "bench", "--wait", "60s", "--", *child(log)],
+                log, env)
+            stats = redis.cli("INFO", "commandstats")
+            sent += sum(int(line.split("calls=")[1].split(",")[0])
+                        for line in stats.splitlines()
+                        if line.split(":")[0] in ("cmdstat_evalsha", "cmdstat_eval",
+                                                  "cmdstat_blpop", "cmdstat_script|load"))
+        per_acquisition = sent / (rounds * WORKERS * ITERATIONS)
 
         flock_rss = peak_rss_kib(["flock", lockfile, "sleep", "1"], env)
         redlock_rss = peak_rss_kib([REDLOCK, "run", "--key", "rss", "--", "sleep", "1"], env)
@@ -158,8 +169,8 @@ def main():
     version = subprocess.run(["redis-server", "--version"], capture_output=True,
                              text=True).stdout.split()[2].removeprefix("v=")
     print(f"Machine: {os.cpu_count()} × {cpu}, Linux {platform.release()}, redis {version}")
-    print(f"Overhead: median of {runs} runs; hand-off: {WORKERS} workers × {ITERATIONS}, "
-          f"child holds {float(HOLD) * 1000:.0f} ms\n")
+    print(f"Overhead: median of {runs} runs; hand-off: {rounds} rounds of {WORKERS} workers × "
+          f"{ITERATIONS}, child holds {float(HOLD) * 1000:.0f} ms\n")
     print("| measure | flock(1) | redlock | redlock / flock |")
     print("|---|---|---|---|")
     print(f"| uncontended overhead over bare `true` | {flock_over:.2f} ms | {redlock_over:.2f} ms "
@@ -167,7 +178,11 @@ def main():
     for name, fraction in (("p50", 0.5), ("p99", 0.99)):
         f, r = percentile(flock_gaps, fraction), percentile(redlock_gaps, fraction)
         print(f"| hand-off gap {name} | {f:.2f} ms | {r:.2f} ms | {r / f:.2f}× |")
-    print(f"| Redis commands sent per contended acquisition | – | {per_acquisition:.2f} | – |")
+    # Every acquisition ends in one release; the rest is the acquirer's own path.
+    print(f"| Redis round trips per contended acquisition (join, wake-ups) | – "
+          f"| {per_acquisition - 1:.2f} | – |")
+    print(f"| Redis commands per contended acquisition, release included | – "
+          f"| {per_acquisition:.2f} | – |")
     print(f"| peak RSS of the wrapper | {flock_rss / 1024:.1f} MiB | {redlock_rss / 1024:.1f} MiB "
           f"| {redlock_rss / flock_rss:.2f}× |")
 

@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
 use nix::errno::Errno;
-use nix::sys::signal::{SigHandler, Signal, killpg, signal};
+use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, killpg, signal, sigprocmask};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid, tcgetpgrp, tcsetpgrp};
 
 /// What to run and with which environment changes.
@@ -66,11 +66,15 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
         // changes SIGTTOU's disposition.
         unsafe { signal(Signal::SIGTTOU, SigHandler::SigIgn) }.map_err(io::Error::from)?;
     }
+    let unblocked = SigSet::empty();
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // system calls (setpgid, signal, tcsetpgrp, prctl, getppid, getpid); it allocates nothing
-    // and takes no locks.
+    // system calls (sigprocmask, setpgid, signal, tcsetpgrp, prctl, getppid, getpid); it
+    // allocates nothing and takes no locks.
     unsafe {
         command.pre_exec(move || {
+            // redlock's threads block the signals it handles (see `signals`); the command
+            // must start with none blocked, as if run from a shell.
+            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&unblocked), None)?;
             setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
             if foreground {
                 // Ignored dispositions survive exec: SIGTTOU is ignored only for this call.

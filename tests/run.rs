@@ -432,6 +432,18 @@ fn leftover_processes_are_stopped_before_release() {
     assert!(lock_is_free(&server));
 }
 
+/// redlock blocks the signals it handles in all but its signal thread; the command must not
+/// inherit that mask.
+#[test]
+fn the_command_starts_with_no_signal_blocked() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&["run", "--key", "job", "--", "grep", "^SigBlk"])
+        .arg("/proc/self/status")
+        .run();
+    out.code(0).stdout_contains("SigBlk:\t0000000000000000");
+}
+
 #[test]
 fn the_command_sees_the_lock_in_its_environment_and_no_password() {
     let secret = "pw-s3cret-env";
