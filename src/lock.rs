@@ -68,11 +68,7 @@ impl Identity {
             .ok()
             .and_then(|name| name.into_string().ok())
             .unwrap_or_else(|| "unknown".into());
-        let uid = nix::unistd::getuid();
-        let user = nix::unistd::User::from_uid(uid)
-            .ok()
-            .flatten()
-            .map_or_else(|| uid.to_string(), |user| user.name);
+        let user = user_name();
         let mut command = command.to_owned();
         if command.len() > Self::MAX_COMMAND {
             let mut cut = Self::MAX_COMMAND;
@@ -88,6 +84,22 @@ impl Identity {
             command,
         }
     }
+}
+
+/// The user's name as login, su, sudo and cron set it ($USER, else $LOGNAME), else looked up
+/// from the uid. The lookup (NSS) costs ~0.1 ms even from /etc/passwd, and far more, or hangs,
+/// with a directory service behind it; the name is only shown to people.
+fn user_name() -> String {
+    ["USER", "LOGNAME"]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
+        .unwrap_or_else(|| {
+            let uid = nix::unistd::getuid();
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map_or_else(|| uid.to_string(), |user| user.name)
+        })
 }
 
 /// How a lock is held.

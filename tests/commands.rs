@@ -79,6 +79,40 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
     assert_eq!(pttl, -1);
 }
 
+/// The holder's user is $USER, else $LOGNAME, else the name of the uid.
+#[test]
+fn the_holder_is_named_after_user_or_logname_or_the_uid() {
+    let server = RedisServer::start();
+    let uid_name = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .expect("id runs")
+            .stdout,
+    )
+    .unwrap();
+    let cases = [
+        (Some("alice"), Some("bob"), "alice"),
+        (None, Some("bob"), "bob"),
+        (None, None, uid_name.trim()),
+    ];
+    for (n, (user, logname, expected)) in cases.into_iter().enumerate() {
+        let key = format!("who{n}");
+        let mut acquire = server.redlock(&["acquire", "--key", &key, "--ttl", "30s"]);
+        for (name, value) in [("USER", user), ("LOGNAME", logname)] {
+            acquire = match value {
+                Some(value) => acquire.env(name, value),
+                None => acquire.env_remove(name),
+            };
+        }
+        acquire.run().code(0);
+        let out = server
+            .redlock(&["inspect", "--key", &key, "--json"])
+            .run();
+        assert_eq!(out.json()["holders"][0]["user"], expected, "{user:?} {logname:?}");
+    }
+}
+
 #[test]
 fn busy_lock_exits_75_naming_the_holder_and_minus_e_overrides() {
     let server = RedisServer::start();
