@@ -100,7 +100,7 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
     if foreground {
         let _ = tcsetpgrp(io::stdin().as_fd(), pid);
     }
-    // The reaper owns waiting; std's handle would only reap by pid and race with it.
+    // The supervisor reaps with waitpid(-1) (orphans too); std's handle would race with it.
     drop(child);
     Ok(Child { pid })
 }
@@ -125,6 +125,16 @@ pub(crate) fn hand_terminal_to(group: Pid) {
 /// Gives the terminal back to redlock's own group after a foreground child is done.
 pub(crate) fn reclaim_terminal() {
     let _ = tcsetpgrp(io::stdin().as_fd(), getpgrp());
+}
+
+/// Restores SIGCHLD's default disposition. An ignored SIGCHLD survives exec (a parent may
+/// pass one on); then the kernel reaps our children itself, their exit status is lost and the
+/// supervisor would wait for it forever.
+pub(crate) fn report_children() -> io::Result<()> {
+    // SAFETY: SIG_DFL installs no handler code; no other thread changes SIGCHLD's disposition.
+    unsafe { signal(Signal::SIGCHLD, SigHandler::SigDfl) }
+        .map(drop)
+        .map_err(io::Error::from)
 }
 
 /// Makes orphaned descendants of the child ours to reap, so their exit is seen and no zombie

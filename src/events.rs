@@ -1,22 +1,21 @@
 //! The one channel a waiting or supervising redlock listens on. Threads (signal watch, queue
-//! waiter, reaper, keeper) only report into it; the thread that owns the channel decides.
+//! waiter, keeper) only report into it; the thread that owns the channel decides.
 //! It is opened, with signal handlers installed, before the lock is requested, so that no
 //! signal between a grant and the start of the command is lost.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
-use crate::exit::ChildStatus;
+use nix::sys::signal::Signal;
+
 use crate::keeper::Report;
-use crate::signals::SignalWatch;
+use crate::signals;
 use crate::waiting::WaiterReport;
 
 /// Everything a waiting or supervising redlock hears about.
 pub enum Event {
+    /// A signal to forward, or SIGCHLD: a child changed state.
     Signal(i32),
-    Exited(ChildStatus),
-    /// The command was stopped (Ctrl-Z) while it owned the terminal.
-    Stopped,
     Keeper(Report),
     Waiter(WaiterReport),
 }
@@ -24,21 +23,17 @@ pub enum Event {
 pub struct Events {
     sender: Sender<Event>,
     receiver: Receiver<Event>,
-    _signals: SignalWatch,
 }
 
 impl Events {
+    /// Starts watching signals (see [`signals::watch`]): call it before any other thread.
     pub fn listen() -> anyhow::Result<Self> {
         let (sender, receiver) = mpsc::channel();
         let forward = sender.clone();
-        let signals = SignalWatch::start(move |signal| {
+        signals::watch(move |signal| {
             let _ = forward.send(Event::Signal(signal));
         })?;
-        Ok(Self {
-            sender,
-            receiver,
-            _signals: signals,
-        })
+        Ok(Self { sender, receiver })
     }
 
     pub fn sender(&self) -> Sender<Event> {
@@ -49,10 +44,11 @@ impl Events {
         self.receiver.recv_timeout(timeout)
     }
 
-    /// A signal that arrived so far, if any; other events are dropped (none matter yet).
+    /// A signal to forward that arrived so far, if any; other events are dropped (none matter
+    /// yet).
     pub fn pending_signal(&self) -> Option<i32> {
         self.receiver.try_iter().find_map(|event| match event {
-            Event::Signal(signal) => Some(signal),
+            Event::Signal(signal) if signal != Signal::SIGCHLD as i32 => Some(signal),
             _ => None,
         })
     }

@@ -2,8 +2,8 @@
 //! "command's whole process group dead, then lock released".
 //!
 //! One loop owns all decisions; threads only report events into its channel: the signal watch
-//! (signals to forward), the reaper (`waitpid` on the command and on orphans handed to us as
-//! subreaper) and the keeper (renewals). Deadlines live on `CLOCK_BOOTTIME`:
+//! (signals to forward, and SIGCHLD, on which the loop reaps the command and any orphan handed
+//! to us as subreaper) and the keeper (renewals). Deadlines live on `CLOCK_BOOTTIME`:
 //!
 //! - renewals unconfirmed: SIGTERM the group at the window's `term_at` (`valid_until − margin −
 //!   grace`), SIGKILL at its `kill_at` (`valid_until − margin`), so it is dead before the lease
@@ -14,10 +14,9 @@
 //! - command exited but others of its group live on: SIGTERM them, SIGKILL after the grace.
 
 use std::ffi::OsString;
-use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
-use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -83,6 +82,7 @@ pub fn supervise(
         ));
     }
 
+    child::report_children()?;
     child::become_subreaper()?;
     let spec = child::Spec {
         argv: &job.argv,
@@ -107,7 +107,6 @@ pub fn supervise(
     };
     let started = BootInstant::now();
     log.step(format_args!("started pid {}", child.pid));
-    start_reaper(child.pid, job.foreground, events.sender())?;
     // Started shortly before the first renewal is due (see `Keeper`).
     let keeper_from = window.renew_at.minus(window.renew_at.since(started) / 2);
     let mut keeper: Option<Keeper> = None;
@@ -152,13 +151,25 @@ pub fn supervise(
         if !lost {
             wake = wake.min(window.term_at);
         }
-        if keeper.is_none() {
+        // Only deadlines still ahead: one that has passed and been acted on would make this a
+        // busy loop (a command that takes its time to die after SIGTERM, say).
+        if keeper.is_none() && !lost {
             wake = wake.min(keeper_from);
         }
-        for at in [kill_at, max_runtime_at].into_iter().flatten() {
+        if let Some(at) = kill_at
+            && killed_at.is_none()
+        {
+            wake = wake.min(at);
+        }
+        if let Some(at) = max_runtime_at
+            && !timed_out
+            && exited.is_none()
+        {
             wake = wake.min(at);
         }
         match events.recv_timeout(wake.nap()) {
+            // Reaped below, as on every turn of the loop.
+            Ok(Event::Signal(signal)) if signal == Signal::SIGCHLD as i32 => {}
             Ok(Event::Signal(signal)) => {
                 let Ok(sig) = Signal::try_from(signal) else {
                     continue;
@@ -174,16 +185,6 @@ pub fn supervise(
                         kill_at = Some(BootInstant::now() + plan.kill_after);
                     }
                 }
-            }
-            Ok(Event::Exited(status)) => exited = Some(status),
-            Ok(Event::Stopped) => {
-                // Ctrl-Z: give the terminal back and stop ourselves, as the shell expects;
-                // on `fg` continue the command in the foreground again. While stopped nothing
-                // renews the lease; the deadline checks below catch a lapse on wake-up.
-                child::reclaim_terminal();
-                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                child::hand_terminal_to(child.pid);
-                child.signal_group(Signal::SIGCONT);
             }
             Ok(Event::Keeper(Report::Renewed(renewed))) => {
                 window = renewed;
@@ -217,6 +218,22 @@ pub fn supervise(
             }
             Ok(Event::Waiter(_))
             | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+
+        while let Some(state) = reap(child.pid, job.foreground) {
+            match state {
+                Reaped::Exited(status) => exited = Some(status),
+                Reaped::Stopped => {
+                    // Ctrl-Z: give the terminal back and stop ourselves, as the shell expects;
+                    // on `fg` continue the command in the foreground again. While stopped
+                    // nothing renews the lease; the deadline checks below catch a lapse on
+                    // wake-up.
+                    child::reclaim_terminal();
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                    child::hand_terminal_to(child.pid);
+                    child.signal_group(Signal::SIGCONT);
+                }
+            }
         }
 
         let now = BootInstant::now();
@@ -382,28 +399,32 @@ fn release_lock(
     Ok(released)
 }
 
-/// Reaps the command and any orphan handed to us, reporting the command's end (and, in
-/// terminal mode, its being stopped). Ends when no child is left.
-fn start_reaper(command: Pid, foreground: bool, events: Sender<Event>) -> std::io::Result<()> {
-    let flags = foreground.then_some(WaitPidFlag::WUNTRACED);
-    std::thread::Builder::new()
-        .name("reaper".into())
-        .spawn(move || {
-            loop {
-                match waitpid(None::<Pid>, flags) {
-                    Ok(WaitStatus::Exited(pid, code)) if pid == command => {
-                        let _ = events.send(Event::Exited(ChildStatus::Exited(code)));
-                    }
-                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
-                        let _ = events.send(Event::Exited(ChildStatus::Signaled(signal as i32)));
-                    }
-                    Ok(WaitStatus::Stopped(pid, _)) if pid == command => {
-                        let _ = events.send(Event::Stopped);
-                    }
-                    Ok(_) | Err(Errno::EINTR) => {}
-                    Err(_) => return,
-                }
+/// What became of the command.
+enum Reaped {
+    Exited(ChildStatus),
+    /// Stopped (Ctrl-Z) while it owned the terminal.
+    Stopped,
+}
+
+/// Reaps children that have changed state (the command, and orphans handed to us as
+/// subreaper, which are only collected) until one tells something about the command or none
+/// is left. Never blocks.
+fn reap(command: Pid, foreground: bool) -> Option<Reaped> {
+    let mut flags = WaitPidFlag::WNOHANG;
+    if foreground {
+        flags |= WaitPidFlag::WUNTRACED;
+    }
+    loop {
+        match waitpid(None::<Pid>, Some(flags)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == command => {
+                return Some(Reaped::Exited(ChildStatus::Exited(code)));
             }
-        })?;
-    Ok(())
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
+                return Some(Reaped::Exited(ChildStatus::Signaled(signal as i32)));
+            }
+            Ok(WaitStatus::Stopped(pid, _)) if pid == command => return Some(Reaped::Stopped),
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
 }

@@ -284,8 +284,10 @@ pub fn acquire(
 
 /// INT, TERM, HUP and QUIT end a wait; USR1/USR2 have no command to go to yet.
 fn terminates(signal: i32) -> bool {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-    [SIGINT, SIGTERM, SIGHUP, SIGQUIT].contains(&signal)
+    use nix::sys::signal::Signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+        .map(|s| s as i32)
+        .contains(&signal)
 }
 
 /// A reading of the server's clock (`now`, Unix ms) taken after `sent`.

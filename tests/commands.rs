@@ -106,10 +106,12 @@ fn the_holder_is_named_after_user_or_logname_or_the_uid() {
             };
         }
         acquire.run().code(0);
-        let out = server
-            .redlock(&["inspect", "--key", &key, "--json"])
-            .run();
-        assert_eq!(out.json()["holders"][0]["user"], expected, "{user:?} {logname:?}");
+        let out = server.redlock(&["inspect", "--key", &key, "--json"]).run();
+        assert_eq!(
+            out.json()["holders"][0]["user"],
+            expected,
+            "{user:?} {logname:?}"
+        );
     }
 }
 

@@ -79,6 +79,20 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
     assert_eq!(fence, "7");
 }
 
+/// A parent that ignores SIGCHLD passes that on through exec; the kernel would then reap the
+/// command itself and its exit status would be lost (redlock used to wait for it forever).
+#[test]
+fn an_inherited_ignored_sigchld_does_not_lose_the_exit_status() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&["run", "--key", "job", "--", "sh", "-c", "exit 3"])
+        .after_shell("trap '' CHLD")
+        .spawn()
+        .wait(Duration::from_secs(10));
+    out.code(3);
+    assert!(lock_is_free(&server));
+}
+
 #[test]
 fn commands_that_cannot_run_exit_126_or_127_and_release() {
     let server = RedisServer::start();
@@ -369,6 +383,52 @@ fn max_runtime_stops_the_command_with_124() {
         out.elapsed
     );
     assert!(lock_is_free(&server));
+}
+
+/// CPU time (user + system, clock ticks) a process has used so far.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// While a command that ignores SIGTERM takes its grace after --max-runtime, the supervisor
+/// sleeps: a deadline already acted on must not make its loop spin.
+#[test]
+fn the_supervisor_sleeps_through_a_grace() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("grace-idle");
+    let probe = trapping_probe(dir.path(), "TERM", ":");
+    let running = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--max-runtime",
+            "200ms",
+            "--kill-after",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            &probe,
+        ])
+        .spawn();
+    wait_for_file(&dir.path().join("got"), Duration::from_secs(10));
+    let before = cpu_ticks(running.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(running.pid()) - before;
+    assert!(
+        used < 20,
+        "redlock used {used} ticks of CPU in 1 s of grace"
+    );
+    running.wait(Duration::from_secs(10)).code(124);
 }
 
 #[test]

@@ -260,6 +260,27 @@ impl Redlock {
         self
     }
 
+    /// Runs redlock through `bash -c '<setup>; exec redlock ...'`, for what a parent passes on
+    /// through exec (an ignored signal, say: dash does not pass on an ignored SIGCHLD, bash
+    /// does). Call it last: it takes the arguments and the environment given so far.
+    pub fn after_shell(mut self, setup: &str) -> Self {
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!("{setup}; exec \"$0\" \"$@\""))
+            .arg(REDLOCK)
+            .args(self.command.get_args())
+            .env_clear();
+        for (name, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(name, value);
+            }
+        }
+        self.command = command;
+        self.argv.insert(0, format!("(after bash: {setup})"));
+        self
+    }
+
     fn server_log(mut self, path: PathBuf) -> Self {
         self.server_log = Some(path);
         self
