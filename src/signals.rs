@@ -1,17 +1,16 @@
 //! The signals a waiting or supervising redlock reacts to: those `run` forwards, exactly as
 //! received, to the command's process group, and SIGCHLD, on which the supervisor reaps.
 //!
-//! They are blocked in every thread (the thread that starts the watch blocks them before any
-//! other thread exists, and threads inherit the mask) and read from a signalfd by the watch's
-//! own thread. No handler ever runs, so no Redis read anywhere is cut short with EINTR, and one
-//! thread both forwards signals and reports children. `ctrlc` was not an option: one handler
-//! for INT/TERM/HUP cannot tell them apart and never sees QUIT, USR1 or USR2.
+//! They are blocked in every thread (the main thread blocks them before any other thread
+//! exists, and threads inherit the mask) and read from a signalfd (see `events`). No handler
+//! ever runs, so no Redis read anywhere is cut short with EINTR, and no thread is spent on
+//! them. `ctrlc` was not an option: one handler for INT/TERM/HUP cannot tell them apart and
+//! never sees QUIT, USR1 or USR2.
 
 use std::io;
 
-use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
-use nix::sys::signalfd::SignalFd;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// Signals passed on to the command.
 pub(crate) const FORWARDED: [Signal; 6] = [
@@ -24,27 +23,15 @@ pub(crate) const FORWARDED: [Signal; 6] = [
 ];
 
 /// Blocks [`FORWARDED`] and SIGCHLD in the calling thread (call it before any other thread
-/// starts) and calls `deliver` on a thread of its own for each one received. The thread lives
-/// as long as the process.
-pub(crate) fn watch(deliver: impl Fn(i32) + Send + 'static) -> io::Result<()> {
+/// starts) and returns a non-blocking signalfd that reads them.
+pub(crate) fn block() -> io::Result<SignalFd> {
     let mut mask = SigSet::empty();
     for signal in FORWARDED.into_iter().chain([Signal::SIGCHLD]) {
         mask.add(signal);
     }
     pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).map_err(io::Error::from)?;
-    let signals = SignalFd::new(&mask).map_err(io::Error::from)?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            loop {
-                match signals.read_signal() {
-                    Ok(Some(info)) => deliver(info.ssi_signo as i32),
-                    Ok(None) | Err(Errno::EINTR) => {}
-                    Err(_) => return,
-                }
-            }
-        })?;
-    Ok(())
+    SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(io::Error::from)
 }
 
 /// `SIGTERM` for 15, `signal 99` for numbers without a name.

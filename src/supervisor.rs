@@ -1,9 +1,9 @@
 //! `run`'s supervisor: holds the lock while the command runs, and guarantees the order
 //! "command's whole process group dead, then lock released".
 //!
-//! One loop owns all decisions; threads only report events into its channel: the signal watch
-//! (signals to forward, and SIGCHLD, on which the loop reaps the command and any orphan handed
-//! to us as subreaper) and the keeper (renewals). Deadlines live on `CLOCK_BOOTTIME`:
+//! One loop owns all decisions. It reads signals itself (to forward, and SIGCHLD, on which it
+//! reaps the command and any orphan handed to us as subreaper); the keeper thread only reports
+//! renewals into it (see `events`). Deadlines live on `CLOCK_BOOTTIME`:
 //!
 //! - renewals unconfirmed: SIGTERM the group at the window's `term_at` (`valid_until − margin −
 //!   grace`), SIGKILL at its `kill_at` (`valid_until − margin`), so it is dead before the lease
@@ -111,7 +111,7 @@ pub fn supervise(
     let keeper_from = window.renew_at.minus(window.renew_at.since(started) / 2);
     let mut keeper: Option<Keeper> = None;
     let start_keeper = |window: Window| {
-        let keeper_events = events.sender();
+        let keeper_events = events.reporter();
         Keeper::start(
             target.clone(),
             lock.clone(),
@@ -119,7 +119,7 @@ pub fn supervise(
             plan,
             window,
             move |report| {
-                let _ = keeper_events.send(Event::Keeper(report));
+                keeper_events.send(Event::Keeper(report));
             },
         )
     };

@@ -21,13 +21,13 @@
 use std::io::{IsTerminal as _, Write as _};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{RecvTimeoutError, Sender};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::{Session, Target};
 use crate::duration;
-use crate::events::{Event, Events};
+use crate::events::{Event, Events, Reporter};
 use crate::keeper::Confirmed;
 use crate::lock::{
     Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Request,
@@ -217,7 +217,7 @@ pub fn acquire(
             hint,
             deadline,
             Arc::clone(&abandoned),
-            events.sender(),
+            events.reporter(),
         )?;
         // Leaves the queue. If Redis cannot be told, the entry expires by itself (30 s) and
         // any lock handed over meanwhile at its short grant: worth a warning, not a failure.
@@ -320,10 +320,10 @@ fn start_waiter(
     first_hint: Duration,
     deadline: Option<BootInstant>,
     abandoned: Arc<AtomicBool>,
-    events: Sender<Event>,
+    events: Reporter,
 ) -> std::io::Result<()> {
     let report = move |report| {
-        let _ = events.send(Event::Waiter(report));
+        events.send(Event::Waiter(report));
     };
     std::thread::Builder::new()
         .name("waiter".into())
