@@ -102,6 +102,8 @@ if waiter ~= '' then
     entry = queue[position][2]
   else
     local last = queue[#queue]
+    -- A new place: wake-ups left from an earlier one (a lapsed grant) mean nothing now.
+    redis.call('DEL', keys.wake)
     entry = {
       id = waiter, tok = token, seq = last and last[2].seq + 1 or 1, mode = mode, limit = limit,
       host = ARGV[5], pid = tonumber(ARGV[6]), user = ARGV[7], cmd = ARGV[8], since = now,

@@ -207,6 +207,7 @@ pub fn acquire(
         let abandoned = Arc::new(AtomicBool::new(false));
         start_waiter(
             session,
+            target.clone(),
             lock.clone(),
             waiter.clone(),
             Ask {
@@ -313,6 +314,7 @@ impl Sync {
 #[allow(clippy::too_many_arguments)]
 fn start_waiter(
     mut session: Session,
+    target: Target,
     lock: Lock,
     waiter: Waiter,
     ask: Ask,
@@ -350,28 +352,45 @@ fn start_waiter(
                 } else {
                     match lock.wait_for_wake(&mut session, &waiter, block) {
                         Ok(woken) => woken,
-                        Err(err) => return report(WaiterReport::Failed(err)),
+                        // The connection failed under the block: a stop and continue (Ctrl-Z
+                        // and `fg`) ends it with EINTR, or the server went away. A wake-up
+                        // may be lost with it; a fresh connection and a look at the lock
+                        // tell what was missed.
+                        Err(err) => match target.connect() {
+                            Ok(fresh) => {
+                                session = fresh;
+                                None
+                            }
+                            Err(_) => return report(WaiterReport::Failed(err)),
+                        },
                     }
                 };
                 if abandoned.load(Ordering::SeqCst) {
                     return;
                 }
                 match woken {
-                    Some(Wake::Granted { fence, expires }) if ask.renews => {
-                        let lease = Lease {
-                            token: waiter.token.clone(),
-                            fence,
-                            ttl: GRANT,
-                        };
-                        let confirmed = Confirmed::Grant {
-                            length: GRANT,
-                            until: sync.earliest(expires),
-                        };
-                        return report(WaiterReport::Acquired {
-                            lease,
-                            confirmed,
-                            session,
-                        });
+                    // A grant from before the last script call (left in the list while this
+                    // process was suspended) is stale: that call would have claimed it.
+                    Some(Wake::Granted { fence, expires }) if ask.renews && expires > sync.now => {
+                        let until = sync.earliest(expires);
+                        // With less than half of it left (this process was stopped or slow),
+                        // the script call below claims it, or finds it lapsed and re-queues.
+                        if until > BootInstant::now() + GRANT / 2 {
+                            let lease = Lease {
+                                token: waiter.token.clone(),
+                                fence,
+                                ttl: GRANT,
+                            };
+                            let confirmed = Confirmed::Grant {
+                                length: GRANT,
+                                until,
+                            };
+                            return report(WaiterReport::Acquired {
+                                lease,
+                                confirmed,
+                                session,
+                            });
+                        }
                     }
                     Some(Wake::Watch {
                         expires,

@@ -492,8 +492,21 @@ fn leftover_processes_are_stopped_before_release() {
     assert!(lock_is_free(&server));
 }
 
-/// redlock blocks the signals it handles in all but its signal thread; the command must not
-/// inherit that mask.
+/// redlock's Redis connection, signalfd and wake-up pipe stay its own.
+#[test]
+fn the_command_inherits_no_descriptor_of_redlock() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&["run", "--key", "job", "--", "ls", "-l", "/proc/self/fd"])
+        .run();
+    out.code(0);
+    for own in ["socket:", "signalfd"] {
+        assert!(!out.stdout.contains(own), "{own} leaked:\n{}", out.stdout);
+    }
+}
+
+/// redlock blocks the signals it handles in every thread; the command must not inherit that
+/// mask.
 #[test]
 fn the_command_starts_with_no_signal_blocked() {
     let server = RedisServer::start();

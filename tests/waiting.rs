@@ -238,6 +238,28 @@ fn a_run_whose_grant_is_never_renewed_stops_before_the_grant_lapses() {
         .stderr_contains("max number of clients reached");
 }
 
+/// A waiter stopped while its turn came finds its grant lapsed when it continues: it queues
+/// again (here: takes the free lock) instead of failing or starting on a lapsed grant.
+#[test]
+fn a_waiter_stopped_through_its_grant_queues_again() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("stopped-waiter");
+    let ran = dir.path().join("ran");
+    let token = hold(&server, "60s");
+    let waiter = queue_run(&server, &format!("touch {}", ran.display()), 1);
+    waiter.signal("STOP");
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    // The 2 s grant lapses while the waiter is stopped.
+    std::thread::sleep(Duration::from_millis(2500));
+    waiter.signal("CONT");
+    let out = waiter.wait(Duration::from_secs(20));
+    out.code(0).stderr_contains("queueing again");
+    assert!(ran.exists(), "the command did not run");
+}
+
 #[test]
 fn a_newcomer_does_not_barge_past_the_queue() {
     let server = RedisServer::start();
