@@ -41,7 +41,7 @@ fn start_term_probe(server: &RedisServer, dir: &Path) -> (Running, u32) {
 }
 
 /// The current holder's record, as stored by the scripts.
-fn holder_record(server: &RedisServer) -> serde_json::Value {
+pub(crate) fn holder_record(server: &RedisServer) -> serde_json::Value {
     let records: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
     serde_json::from_str(&records[0]).unwrap()
 }

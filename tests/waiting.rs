@@ -123,10 +123,7 @@ fn a_run_handed_the_lock_starts_on_its_grant_and_renews_it() {
     let started_at: u64 = wait_for_file(&started, Duration::from_secs(10))
         .parse()
         .unwrap();
-    let record = || -> serde_json::Value {
-        let records: Vec<String> = server.cmd(&["HVALS", "redlock:{job}:holders"]);
-        serde_json::from_str(&records[0]).unwrap()
-    };
+    let record = || crate::run::holder_record(&server);
     assert!(
         wait_until(Duration::from_secs(3), || record()["ttl"] == 30_000),
         "the grant was not renewed to the full lease: {}",
