@@ -122,7 +122,7 @@ impl Plan {
                     .map_or(*self, |(plan, _)| plan);
                 Window {
                     valid_until: until,
-                    renew_at: until.minus(length - grant.renew_every),
+                    renew_at: until.minus(length.saturating_sub(grant.renew_every)),
                     request_timeout: grant.request_timeout,
                     retry_every: grant.retry_every,
                     term_at: until.minus(grant.margin + grant.loss_grace),

@@ -183,8 +183,9 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
 
 /// How long a queue entry lives unless its waiter refreshes it (every third of this).
 pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(30);
-/// How long a waiter handed the lock has to claim it before it passes on (a dead waiter's
-/// turn costs the queue at most this long).
+/// The lease a waiter is handed the lock with: `run` starts on it and its first renewal
+/// extends it, `acquire` claims the full lease at once. A dead waiter's turn costs the queue at
+/// most this long.
 pub const GRANT: Duration = Duration::from_secs(2);
 
 /// How long a wake-up waits in a waiter's list; a live waiter takes it within milliseconds,

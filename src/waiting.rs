@@ -214,7 +214,7 @@ pub fn acquire(
                 reenter: None,
                 ..ask.clone()
             },
-            Sync { sent, now },
+            ServerReading { sent, now },
             hint,
             deadline,
             Arc::clone(&abandoned),
@@ -293,12 +293,12 @@ fn terminates(signal: i32) -> bool {
 
 /// A reading of the server's clock (`now`, Unix ms) taken after `sent`.
 #[derive(Debug, Clone, Copy)]
-struct Sync {
+struct ServerReading {
     sent: BootInstant,
     now: u64,
 }
 
-impl Sync {
+impl ServerReading {
     /// The earliest local instant at which the server's clock can read `server_ms`.
     fn earliest(self, server_ms: u64) -> BootInstant {
         let span = Duration::from_millis(server_ms.saturating_sub(self.now));
@@ -318,7 +318,7 @@ fn start_waiter(
     lock: Lock,
     waiter: Waiter,
     ask: Ask,
-    joined: Sync,
+    joined: ServerReading,
     first_hint: Duration,
     deadline: Option<BootInstant>,
     abandoned: Arc<AtomicBool>,
@@ -330,12 +330,12 @@ fn start_waiter(
     std::thread::Builder::new()
         .name("waiter".into())
         .spawn(move || {
-            let mut sync = joined;
+            let mut reading = joined;
             // When something may change without a wake-up: just past the holder's expiry, so
             // a crashed holder is taken over promptly.
-            let mut look_at = sync.sent + first_hint + Duration::from_millis(10);
+            let mut look_at = reading.sent + first_hint + Duration::from_millis(10);
             loop {
-                let refresh_at = sync.sent + QUEUE_ENTRY_TTL / 3;
+                let refresh_at = reading.sent + QUEUE_ENTRY_TTL / 3;
                 let mut until = look_at.min(refresh_at);
                 if let Some(deadline) = deadline {
                     if deadline.remaining().is_zero() {
@@ -371,8 +371,10 @@ fn start_waiter(
                 match woken {
                     // A grant from before the last script call (left in the list while this
                     // process was suspended) is stale: that call would have claimed it.
-                    Some(Wake::Granted { fence, expires }) if ask.renews && expires > sync.now => {
-                        let until = sync.earliest(expires);
+                    Some(Wake::Granted { fence, expires })
+                        if ask.renews && expires > reading.now =>
+                    {
+                        let until = reading.earliest(expires);
                         // With less than half of it left (this process was stopped or slow),
                         // the script call below claims it, or finds it lapsed and re-queues.
                         if until > BootInstant::now() + GRANT / 2 {
@@ -397,7 +399,7 @@ fn start_waiter(
                         length,
                         holder,
                     }) if BootInstant::now() < refresh_at => {
-                        look_at = sync.about(expires) + Duration::from_millis(10);
+                        look_at = reading.about(expires) + Duration::from_millis(10);
                         report(WaiterReport::Queued(Place {
                             holder,
                             now: expires.saturating_sub(GRANT.as_millis() as u64),
@@ -432,7 +434,7 @@ fn start_waiter(
                         length,
                         hint,
                     }) => {
-                        sync = Sync { sent, now };
+                        reading = ServerReading { sent, now };
                         look_at = sent + hint + Duration::from_millis(10);
                         report(WaiterReport::Queued(Place {
                             holder,
