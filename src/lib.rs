@@ -22,7 +22,6 @@ pub mod supervisor;
 pub mod waiting;
 
 use std::ffi::OsString;
-use std::process::ExitCode;
 
 use clap::Parser as _;
 use clap::error::ErrorKind;
@@ -30,10 +29,10 @@ use clap::error::ErrorKind;
 pub use cli::Cli;
 
 /// Runs redlock with `args` (program name first) and returns its exit status.
-pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> u8 {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(err) => return ExitCode::from(report_parse_error(&err)),
+        Err(err) => return report_parse_error(&err),
     };
     let quiet = cli.global.quiet;
     let busy_code = match &cli.command {
@@ -42,13 +41,13 @@ pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitC
         _ => exit::BUSY,
     };
     match cmd::dispatch(cli) {
-        Ok(done) => ExitCode::from(done.code(busy_code)),
+        Ok(done) => done.code(busy_code),
         Err(err) => {
             let expected = exit::failure_of(&err).is_some_and(exit::Failure::is_expected);
             if !(quiet && expected) {
-                eprintln!("redlock: {err:#}");
+                log::line(format_args!("{err:#}"));
             }
-            ExitCode::from(exit::exit_code(&err, busy_code))
+            exit::exit_code(&err, busy_code)
         }
     }
 }
@@ -81,7 +80,7 @@ fn report_parse_error(err: &clap::Error) -> u8 {
                 .find_map(|line| line.trim().strip_prefix("tip: "))
                 .map(|tip| format!(" (tip: {tip})"))
                 .unwrap_or_default();
-            eprintln!("redlock: {what}{tip}; see 'redlock --help'");
+            log::line(format_args!("{what}{tip}; see 'redlock --help'"));
             exit::USAGE
         }
     }

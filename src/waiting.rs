@@ -531,7 +531,7 @@ impl<'a> Status<'a> {
 
     fn clear(&self) {
         if self.terminal && self.drawn_at.is_some() {
-            eprint!("\r\x1b[K");
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
     }
 

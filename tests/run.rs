@@ -82,6 +82,23 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
 /// A parent that ignores SIGCHLD passes that on through exec; the kernel would then reap the
 /// command itself and its exit status would be lost (redlock used to wait for it forever).
 #[test]
+fn a_closed_stderr_neither_kills_nor_stops_a_run() {
+    // SIGPIPE would kill redlock with its command running; a panic on the failed write would
+    // abandon the lock. Either shows here: no exit status, or not 0, or the lock left held.
+    let server = RedisServer::start();
+    server
+        .redlock(&["run", "-v", "--key", "k", "--", "sh", "-c", "echo ran"])
+        .run_with_stderr_closed()
+        .code(0)
+        .stdout_contains("ran");
+    assert!(
+        lock_is_free(&server),
+        "lock left behind: {:?}",
+        server.keys()
+    );
+}
+
+#[test]
 fn an_inherited_ignored_sigchld_does_not_lose_the_exit_status() {
     let server = RedisServer::start();
     let out = server

@@ -111,10 +111,10 @@ fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
     }
     let mode = std::fs::metadata(path).map_or(0, |meta| meta.permissions().mode());
     if mode & 0o077 != 0 && !quiet {
-        eprintln!(
-            "redlock: warning: --password-file {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
+        crate::log::line(format_args!(
+            "warning: --password-file {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
             mode & 0o777
-        );
+        ));
     }
     Ok(password)
 }

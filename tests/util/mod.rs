@@ -303,6 +303,16 @@ impl Redlock {
         }
     }
 
+    /// Runs to completion with stderr a pipe nobody reads any more (as under `cmd 2>&1 | head -1`
+    /// once head is gone): every write to it fails with EPIPE. Captures stdout.
+    pub fn run_with_stderr_closed(mut self) -> Output {
+        let (reader, writer) = nix::unistd::pipe().expect("pipe");
+        drop(reader);
+        self.command.stderr(writer);
+        self.argv.insert(0, "(stderr closed)".into());
+        self.run()
+    }
+
     /// Runs to completion and captures everything.
     pub fn run(mut self) -> Output {
         let started = Instant::now();
