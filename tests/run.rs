@@ -131,6 +131,54 @@ fn commands_that_cannot_run_exit_126_or_127_and_release() {
 }
 
 #[test]
+fn commands_are_looked_up_in_path_as_execvp_does() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let server = RedisServer::start();
+    let dir = TempDir::new("path");
+    let write = |name: &str, text: &str, mode: u32| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let file = sub.join("tool");
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    write("denied", "#!/bin/sh\necho denied\n", 0o644);
+    write("plain", "echo plain \"$@\"\n", 0o755);
+    write("good", "#!/bin/sh\necho good \"$@\"\n", 0o755);
+    let path = |dirs: &[&str]| {
+        let dirs: Vec<String> = dirs
+            .iter()
+            .map(|name| dir.path().join(name).display().to_string())
+            .collect();
+        dirs.join(":")
+    };
+    let run = |dirs: &[&str]| {
+        server
+            .redlock(&["run", "--key", "job", "--", "tool", "x y"])
+            .env("PATH", &path(dirs))
+            .run()
+    };
+    // A file that may not be executed is passed over, one found later runs, with its arguments.
+    run(&["missing", "denied", "good"])
+        .code(0)
+        .stdout_contains("good x y");
+    // Found only where it may not be executed: 126, as from a shell.
+    run(&["missing", "denied"])
+        .code(126)
+        .one_line_error("cannot run 'tool': permission denied");
+    // An executable without `#!` is a shell script; the search ends there.
+    run(&["plain", "good"]).code(0).stdout_contains("plain x y");
+    run(&["missing"])
+        .code(127)
+        .one_line_error("command not found");
+    assert!(
+        lock_is_free(&server),
+        "lock left behind: {:?}",
+        server.keys()
+    );
+}
+
+#[test]
 fn a_busy_lock_runs_nothing() {
     let server = RedisServer::start();
     let dir = TempDir::new("busy");
