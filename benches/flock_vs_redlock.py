@@ -12,8 +12,10 @@ The machine's speed drifts over seconds (other tenants of a VM, frequency), so t
 measured in alternation: the overhead runs interleave bare / flock / redlock, and the hand-off
 runs alternate flock and redlock for --rounds rounds, pooling the gaps of each tool.
 
-Usage: cargo build --release && python3 benches/flock_vs_redlock.py [--runs N] [--rounds N]
-Prints a Markdown table. Nothing here asserts; the numbers go into the README.
+Usage: cargo build --release --target x86_64-unknown-linux-musl
+       python3 benches/flock_vs_redlock.py [--runs N] [--rounds N] [--redlock PATH]
+Measures the static musl build (the one released; README, "Building") unless --redlock names
+another binary. Prints a Markdown table. Nothing here asserts; the numbers go into the README.
 """
 
 import argparse
@@ -29,7 +31,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REDLOCK = os.path.join(ROOT, "target", "release", "redlock")
+RELEASED = os.path.join(ROOT, "target", "x86_64-unknown-linux-musl", "release", "redlock")
 WORKERS, ITERATIONS, HOLD = 8, 25, "0.01"
 
 
@@ -116,12 +118,14 @@ def peak_rss_kib(command, env):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=30, help="runs per overhead median")
+    parser.add_argument("--runs", type=int, default=200, help="runs per overhead median")
     parser.add_argument("--rounds", type=int, default=3, help="hand-off rounds per tool")
+    parser.add_argument("--redlock", default=RELEASED, help="the redlock binary to measure")
     options = parser.parse_args()
-    runs, rounds = options.runs, options.rounds
-    if not os.access(REDLOCK, os.X_OK):
-        sys.exit("build first: cargo build --release")
+    runs, rounds, redlock_binary = options.runs, options.rounds, options.redlock
+    if not os.access(redlock_binary, os.X_OK):
+        sys.exit(f"{redlock_binary} not found; build first: "
+                 "cargo build --release --target x86_64-unknown-linux-musl")
     for tool in ("flock", "redis-server", "redis-cli"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found")
@@ -136,7 +140,7 @@ def main():
     try:
         bare, flock_total, redlock_total = median_ms(
             [["true"], ["flock", lockfile, "true"],
-             [REDLOCK, "run", "--key", "bench", "--", "true"]], runs, env)
+             [redlock_binary, "run", "--key", "bench", "--", "true"]], runs, env)
 
         def child(log):
             return ["sh", "-c", f'echo "$(date +%s%N) start" >> {log}; sleep {HOLD}; '
@@ -148,7 +152,7 @@ def main():
             flock_gaps += handoff_gaps(["flock", lockfile, *child(log)], log, env)
             redis.cli("CONFIG", "RESETSTAT")
             redlock_gaps += handoff_gaps(
-                [REDLOCK, "run", "-q", "--key", "bench", "--wait", "60s", "--", *child(log)],
+                [redlock_binary, "run", "-q", "--key", "bench", "--wait", "60s", "--", *child(log)],
                 log, env)
             stats = redis.cli("INFO", "commandstats")
             sent += sum(int(line.split("calls=")[1].split(",")[0])
@@ -158,7 +162,7 @@ def main():
         per_acquisition = sent / (rounds * WORKERS * ITERATIONS)
 
         flock_rss = peak_rss_kib(["flock", lockfile, "sleep", "1"], env)
-        redlock_rss = peak_rss_kib([REDLOCK, "run", "--key", "rss", "--", "sleep", "1"], env)
+        redlock_rss = peak_rss_kib([redlock_binary, "run", "--key", "rss", "--", "sleep", "1"], env)
     finally:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -169,6 +173,7 @@ def main():
     version = subprocess.run(["redis-server", "--version"], capture_output=True,
                              text=True).stdout.split()[2].removeprefix("v=")
     print(f"Machine: {os.cpu_count()} × {cpu}, Linux {platform.release()}, redis {version}")
+    print(f"redlock: {os.path.relpath(redlock_binary, ROOT)}")
     print(f"Overhead: median of {runs} runs; hand-off: {rounds} rounds of {WORKERS} workers × "
           f"{ITERATIONS}, child holds {float(HOLD) * 1000:.0f} ms\n")
     print("| measure | flock(1) | redlock | redlock / flock |")

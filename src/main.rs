@@ -16,6 +16,12 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use nix::sys::signal::{SigHandler, Signal, signal};
 
+/// musl's allocator returns memory to the kernel eagerly: a `run` made ~90 mmap/munmap calls
+/// with it and 9 with dlmalloc (counted with strace): ~0.6 ms of each run on this VM.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
 #[unsafe(no_mangle)]
 extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
     // SAFETY: SIG_IGN installs no handler code, and no other thread exists yet.
