@@ -17,7 +17,7 @@ local token, ttl, mode, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(AR
 local waiter, queued_only, reenter = ARGV[9], ARGV[10] == '1', ARGV[14] == '1'
 local entry_ttl, grant, wake_ttl = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 
-local refused, lock = read_lock(keys)
+local refused, lock = read_lock(keys, {fence = true, wake = waiter ~= ''})
 if refused then return refused end
 local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
 local queue, stale_queue = lock.queue, lock.stale_queue
@@ -65,7 +65,8 @@ local function acquired(record)
     table.remove(queue, position)
     position = nil
   end
-  redis.call('DEL', keys.wake)
+  -- Wake-ups left for a waiter that is done waiting (a fail-fast caller has no wake list).
+  if waiter ~= '' then redis.call('DEL', keys.wake) end
   admit_heads()
   expire_by_latest(keys.holders, holders, now)
   expire_by_latest(keys.queue, queue, now)

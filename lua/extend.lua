@@ -5,11 +5,9 @@
 local holders_key = KEYS[1]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 
-local refused = check_keys({{holders_key, 'hash'}})
-if refused then return refused end
 local now = server_now()
-local holders = records(holders_key, now)
-if holders == nil then return foreign(holders_key, 'holds a field') end
+local holders, refused = records(holders_key, now)
+if not holders then return refused end
 
 local mine
 for _, holder in ipairs(holders) do

@@ -4,13 +4,15 @@
 -- live waiters in queue order (without their tokens).
 local holders_key, fence_key, queue_key = KEYS[1], KEYS[2], KEYS[3]
 
-local refused = check_keys({{holders_key, 'hash'}, {fence_key, 'string'}, {queue_key, 'hash'}})
-if refused then return refused end
 local now = server_now()
-local holders = records(holders_key, now)
-if holders == nil then return foreign(holders_key, 'holds a field') end
-local queue = records(queue_key, now)
-if queue == nil then return foreign(queue_key, 'holds a field') end
+local holders, refused = records(holders_key, now)
+if not holders then return refused end
+local queue
+queue, refused = records(queue_key, now)
+if not queue then return refused end
+local fence
+fence, refused = last_fence(fence_key)
+if fence == nil then return refused end
 table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
 
 local holder_json, waiter_json = {}, {}
@@ -19,4 +21,4 @@ for _, entry in ipairs(queue) do
   entry[2].tok = nil
   waiter_json[#waiter_json + 1] = cjson.encode(entry[2])
 end
-return {now, redis.call('GET', fence_key), holder_json, waiter_json}
+return {now, fence, holder_json, waiter_json}

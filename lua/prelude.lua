@@ -6,17 +6,10 @@ local function foreign(key, what)
   return redis.error_reply('WRONGTYPE ' .. key .. ' ' .. what .. ' that redlock did not write')
 end
 
--- Checks that each {key, type} pair is of that type or absent, and that the fence counter (if
--- given) holds an integer. Returns an error reply, or nil when all is well.
-local function check_keys(specs, fence_key)
-  for _, spec in ipairs(specs) do
-    local found = redis.call('TYPE', spec[1])['ok']
-    if found ~= 'none' and found ~= spec[2] then return foreign(spec[1], 'is a ' .. found) end
-  end
-  if fence_key and redis.call('EXISTS', fence_key) == 1
-      and not string.match(redis.call('GET', fence_key), '^%d+$') then
-    return foreign(fence_key, 'holds a value')
-  end
+-- The error reply for a key that a read found of another type (TYPE is asked only then: every
+-- call costs the server time, and scripts run on every acquisition).
+local function wrong_type(key)
+  return foreign(key, 'is a ' .. redis.call('TYPE', key)['ok'])
 end
 
 -- The server's clock, in ms.
@@ -26,29 +19,53 @@ local function server_now()
 end
 
 -- The live {field, record} pairs and the stale field names of a hash of JSON records (holders
--- or queue entries); nil when a field is not a redlock record.
+-- or queue entries); or nil and an error reply when the key is of another type or a field is
+-- not a redlock record.
 local function records(key, now)
-  local fields, live, stale = redis.call('HGETALL', key), {}, {}
+  local ok, fields = pcall(redis.call, 'HGETALL', key)
+  if not ok then return nil, wrong_type(key) end
+  local live, stale = {}, {}
   for i = 1, #fields, 2 do
-    local ok, record = pcall(cjson.decode, fields[i + 1])
-    if not ok or type(record) ~= 'table' or type(record.exp) ~= 'number' then return nil end
+    local decoded, record = pcall(cjson.decode, fields[i + 1])
+    if not decoded or type(record) ~= 'table' or type(record.exp) ~= 'number' then
+      return nil, foreign(key, 'holds a field')
+    end
     if record.exp > now then live[#live + 1] = {fields[i], record} else stale[#stale + 1] = fields[i] end
   end
   return live, stale
 end
 
--- Reads a lock for a script that may change it: checks every key (KEYS[1..4]: holders, fence,
--- queue, the caller's wake list), then returns nil and {now, holders, stale_holders, queue in
--- arrival order, stale_queue}; or an error reply when anything there is not redlock's.
-local function read_lock(keys)
-  local refused = check_keys({{keys.holders, 'hash'}, {keys.fence, 'string'}, {keys.queue, 'hash'},
-    {keys.wake, 'list'}}, keys.fence)
-  if refused then return refused end
-  local lock = {now = server_now()}
-  lock.holders, lock.stale_holders = records(keys.holders, lock.now)
-  if lock.holders == nil then return foreign(keys.holders, 'holds a field') end
-  lock.queue, lock.stale_queue = records(keys.queue, lock.now)
-  if lock.queue == nil then return foreign(keys.queue, 'holds a field') end
+-- The fence counter's last value (false before the first), or nil and an error reply when the
+-- key holds anything but an integer.
+local function last_fence(key)
+  local ok, value = pcall(redis.call, 'GET', key)
+  if not ok then return nil, wrong_type(key) end
+  if value and not string.match(value, '^%d+$') then return nil, foreign(key, 'holds a value') end
+  return value
+end
+
+-- Reads a lock for a script that may change it (KEYS[1..4]: holders, fence, queue, the caller's
+-- wake list) and checks, before any write, every key the script may write: the hashes always,
+-- the fence when `writes.fence` or when someone waits (a hand-off takes a fence), the wake list
+-- when `writes.wake`. Returns nil and {now, holders, stale_holders, queue in arrival order,
+-- stale_queue}; or an error reply when anything there is not redlock's.
+local function read_lock(keys, writes)
+  local lock, refused = {now = server_now()}, nil
+  lock.holders, refused = records(keys.holders, lock.now)
+  if not lock.holders then return refused end
+  lock.stale_holders = refused
+  lock.queue, refused = records(keys.queue, lock.now)
+  if not lock.queue then return refused end
+  lock.stale_queue = refused
+  if writes.fence or #lock.queue > 0 then
+    local fence
+    fence, refused = last_fence(keys.fence)
+    if fence == nil then return refused end
+  end
+  if writes.wake then
+    local found = redis.call('TYPE', keys.wake)['ok']
+    if found ~= 'none' and found ~= 'list' then return foreign(keys.wake, 'is a ' .. found) end
+  end
   table.sort(lock.queue, function(a, b) return a[2].seq < b[2].seq end)
   return nil, lock
 end
@@ -77,13 +94,15 @@ local function wake(queue_key, id, message, wake_ttl)
   redis.call('PEXPIRE', list, wake_ttl)
 end
 
--- Sets the PEXPIRE of a hash to its latest record expiry, or deletes it when none is left.
+-- Sets the PEXPIRE of a hash to its latest record expiry. `list` holds every live record left
+-- in it; when it is empty every field has been deleted (stale ones included), and with the last
+-- field Redis deleted the hash.
 local function expire_by_latest(key, list, now)
   local latest = 0
   for _, item in ipairs(list) do
     if item[2].exp > latest then latest = item[2].exp end
   end
-  if latest > now then redis.call('PEXPIRE', key, latest - now) else redis.call('DEL', key) end
+  if latest > now then redis.call('PEXPIRE', key, latest - now) end
 end
 
 -- Hands room to the queue's head, and to as many behind it as are admitted too (a run of

@@ -14,7 +14,7 @@ local keys = {holders = KEYS[1], fence = KEYS[2], queue = KEYS[3], wake = KEYS[4
 local op, token, min_hold, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local grant, wake_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local refused, lock = read_lock(keys)
+local refused, lock = read_lock(keys, {wake = op == 'leave'})
 if refused then return refused end
 local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
 local queue, stale_queue = lock.queue, lock.stale_queue

@@ -194,6 +194,18 @@ fn foreign_data_at_a_lock_key_is_never_clobbered() {
     );
     server.cmd::<()>(&["DEL", holders]);
 
+    let queue = "redlock:{k}:queue";
+    server.cmd::<()>(&["SET", queue, "someone else's"]);
+    for args in [lock_commands[0], lock_commands[1], lock_commands[4]] {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("redlock:{k}:queue is a string that redlock did not write");
+    }
+    assert_eq!(server.keys(), [queue]);
+    server.cmd::<()>(&["DEL", queue]);
+
     for foreign in [&["RPUSH", fence, "x"][..], &["SET", fence, "not a number"]] {
         server.cmd::<()>(foreign);
         server
