@@ -6,8 +6,8 @@ local holders_key = KEYS[1]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 
 local now = server_now()
-local holders, refused = records(holders_key, now)
-if not holders then return refused end
+local refused, holders = records(holders_key, now)
+if refused then return refused end
 
 local mine
 for _, holder in ipairs(holders) do

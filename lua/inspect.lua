@@ -5,14 +5,13 @@
 local holders_key, fence_key, queue_key = KEYS[1], KEYS[2], KEYS[3]
 
 local now = server_now()
-local holders, refused = records(holders_key, now)
-if not holders then return refused end
-local queue
-queue, refused = records(queue_key, now)
-if not queue then return refused end
-local fence
-fence, refused = last_fence(fence_key)
-if fence == nil then return refused end
+local refused, holders = records(holders_key, now)
+if refused then return refused end
+local queue, fence
+refused, queue = records(queue_key, now)
+if refused then return refused end
+refused, fence = last_fence(fence_key)
+if refused then return refused end
 table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
 
 local holder_json, waiter_json = {}, {}

@@ -18,30 +18,30 @@ local function server_now()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- The live {field, record} pairs and the stale field names of a hash of JSON records (holders
--- or queue entries); or nil and an error reply when the key is of another type or a field is
--- not a redlock record.
+-- Reads a hash of JSON records (holders or queue entries). Returns nil, the live {field,
+-- record} pairs and the stale field names; or an error reply when the key is of another type
+-- or a field is not a redlock record.
 local function records(key, now)
   local ok, fields = pcall(redis.call, 'HGETALL', key)
-  if not ok then return nil, wrong_type(key) end
+  if not ok then return wrong_type(key) end
   local live, stale = {}, {}
   for i = 1, #fields, 2 do
     local decoded, record = pcall(cjson.decode, fields[i + 1])
     if not decoded or type(record) ~= 'table' or type(record.exp) ~= 'number' then
-      return nil, foreign(key, 'holds a field')
+      return foreign(key, 'holds a field')
     end
     if record.exp > now then live[#live + 1] = {fields[i], record} else stale[#stale + 1] = fields[i] end
   end
-  return live, stale
+  return nil, live, stale
 end
 
--- The fence counter's last value (false before the first), or nil and an error reply when the
--- key holds anything but an integer.
+-- Reads the fence counter. Returns nil and its last value (false before the first); or an
+-- error reply when the key holds anything but an integer.
 local function last_fence(key)
   local ok, value = pcall(redis.call, 'GET', key)
-  if not ok then return nil, wrong_type(key) end
-  if value and not string.match(value, '^%d+$') then return nil, foreign(key, 'holds a value') end
-  return value
+  if not ok then return wrong_type(key) end
+  if value and not string.match(value, '^%d+$') then return foreign(key, 'holds a value') end
+  return nil, value
 end
 
 -- Reads a lock for a script that may change it (KEYS[1..4]: holders, fence, queue, the caller's
@@ -51,16 +51,13 @@ end
 -- stale_queue}; or an error reply when anything there is not redlock's.
 local function read_lock(keys, writes)
   local lock, refused = {now = server_now()}, nil
-  lock.holders, refused = records(keys.holders, lock.now)
-  if not lock.holders then return refused end
-  lock.stale_holders = refused
-  lock.queue, refused = records(keys.queue, lock.now)
-  if not lock.queue then return refused end
-  lock.stale_queue = refused
+  refused, lock.holders, lock.stale_holders = records(keys.holders, lock.now)
+  if refused then return refused end
+  refused, lock.queue, lock.stale_queue = records(keys.queue, lock.now)
+  if refused then return refused end
   if writes.fence or #lock.queue > 0 then
-    local fence
-    fence, refused = last_fence(keys.fence)
-    if fence == nil then return refused end
+    refused = last_fence(keys.fence)
+    if refused then return refused end
   end
   if writes.wake then
     local found = redis.call('TYPE', keys.wake)['ok']

@@ -84,8 +84,7 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
         started => started,
     }
     .map_err(|not_started| match not_started {
-        NotStarted::Exec(errno, _) => io::Error::from(errno),
-        NotStarted::Clone(errno) => io::Error::from(errno),
+        NotStarted::Exec(errno, _) | NotStarted::System(errno) => io::Error::from(errno),
         NotStarted::ParentGone => io::Error::other("redlock exited before the command started"),
     })?;
     // Also from the parent, so a signal sent right after spawn cannot miss the new group.
@@ -101,7 +100,8 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
 enum NotStarted {
     /// exec failed with this error; the index is the candidate it last tried.
     Exec(Errno, usize),
-    Clone(Errno),
+    /// The clone, or the signal mask set around it, failed.
+    System(Errno),
     /// redlock's parent-death signal could not cover the child (see `prepare_child`).
     ParentGone,
 }
@@ -162,7 +162,7 @@ fn clone_and_exec(
         Some(&SigSet::all()),
         Some(&mut mask),
     )
-    .map_err(NotStarted::Clone)?;
+    .map_err(NotStarted::System)?;
     // SAFETY: the child runs `child_main` on its own stack in our memory while this thread is
     // suspended (CLONE_VFORK). It allocates nothing, takes no locks and makes only
     // async-signal-safe system calls; what it reads was built above and outlives it, what it
@@ -175,9 +175,9 @@ fn clone_and_exec(
             Some(Signal::SIGCHLD as i32),
         )
     };
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None).map_err(NotStarted::Clone)?;
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None).map_err(NotStarted::System)?;
     drop(stack);
-    let pid = cloned.map_err(NotStarted::Clone)?;
+    let pid = cloned.map_err(NotStarted::System)?;
     match exec_error.load(Ordering::Relaxed) {
         0 => Ok(pid),
         code => {
