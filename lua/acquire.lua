@@ -1,127 +1,134 @@
 -- acquire: take the lock, claim a lock handed over to the caller, re-enter a lock the caller's
 -- token already holds, or join / refresh the FIFO queue. Nobody barges: free room goes to the
 -- queue's head first.
--- KEYS[1] holders hash, KEYS[2] fence counter, KEYS[3] queue hash, KEYS[4] the caller's wake list
--- ARGV[1] token, ARGV[2] ttl_ms, ARGV[3] mode ('exclusive', 'shared' or 'semaphore'),
--- ARGV[4] limit (semaphore; else 0), ARGV[5] host, ARGV[6] pid, ARGV[7] user, ARGV[8] command,
--- ARGV[9] waiter id ('' = fail fast, never queue), ARGV[10] '1' = only if the caller is still
--- queued or was handed the lock, ARGV[11] queue entry ttl_ms, ARGV[12] grant_ms,
--- ARGV[13] wake list ttl_ms, ARGV[14] '1' = re-enter: the token already holds the lock
 -- Returns {1, fence, now_ms} when acquired (or re-entered); {0, now_ms, holder_json or false,
--- position, length, hint_ms} when not (position 0: not queued; hint: when something may change
--- without a wake-up); {-1, now_ms} when ARGV[10] is set and the caller is neither queued nor
--- handed the lock; {-2, now_ms} when re-entering with a token that does not hold the lock.
+-- position, length, hint_ms} when not (position 0: not queued; hint: when to call again, at
+-- the latest); {-1, now_ms} when `stay` is set and the caller is neither queued nor handed the
+-- lock; {-2, now_ms} when re-entering with a token that does not hold the lock; {-3, now_ms}
+-- when the token's sender gave up on it (see below).
 -- Every check happens before the first write, so an error reply leaves Redis untouched.
-local keys = {holders = KEYS[1], fence = KEYS[2], queue = KEYS[3], wake = KEYS[4]}
-local token, ttl, mode, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local waiter, queued_only, reenter = ARGV[9], ARGV[10] == '1', ARGV[14] == '1'
-local entry_ttl, grant, wake_ttl = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-
-local refused, lock = read_lock(keys, {fence = true, wake = waiter ~= ''})
+local refused, key, arg = inputs(
+  {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
+  {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',
+   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter'})
 if refused then return refused end
-local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
-local queue, stale_queue = lock.queue, lock.stale_queue
+-- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
+-- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
+if redis.call('GET', key.cancel) then return {-3, server_now()} end
+local token, ttl, waiter = arg.token, tonumber(arg.ttl_ms), arg.waiter
+local stay, reenter = arg.stay == '1', arg.reenter == '1'
+local entry_ttl, grant, wake_ttl = tonumber(arg.entry_ttl_ms), tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
+local request = {
+  mode = arg.mode, limit = tonumber(arg.limit), host = arg.host, pid = tonumber(arg.pid),
+  user = arg.user, cmd = arg.command, note = arg.note ~= '' and arg.note or nil,
+}
 
--- A lock is either a read/write lock (exclusive and shared holders) or a semaphore of N.
+local lock
+refused, lock = open_lock(key, {fence = true, wake = waiter ~= '', acl = lock_writes(key)})
+if refused then return refused end
+local now = lock.now
+
+-- What the caller has: a live hold of its token, a queue entry (live or dead).
+local mine, entry, first, head
+refused, mine = holder_of(lock, token)
+if refused then return refused end
+if waiter ~= '' then
+  local json = redis.call('HGET', key.waiters, waiter)
+  entry = decode(json)
+  if json and not entry then return foreign(key.waiters, 'holds a field') end
+end
+local queued = entry ~= nil and entry.exp > now
+
+-- A lock is either a read/write lock (exclusive and shared holders) or a semaphore of N; every
+-- live holder and waiter is of one kind, so the first of each speaks for all.
+refused, first = first_holder(lock)
+if refused then return refused end
+refused, head = peek_head(lock)
+if refused then return refused end
 local function kind(record)
   if record.mode == 'semaphore' then return 'a semaphore of ' .. record.limit end
   return 'an exclusive/shared lock'
 end
-local wanted = kind({mode = mode, limit = limit})
-for _, list in ipairs({holders, queue}) do
-  for _, item in ipairs(list) do
-    if kind(item[2]) ~= wanted then
-      return redis.error_reply('MODE the lock is ' .. kind(item[2]) .. ', not ' .. wanted .. '; nothing was changed')
-    end
+local wanted = kind(request)
+for _, other in ipairs({first and first[2], head and head[2], mine}) do
+  if other and kind(other) ~= wanted then
+    return redis.error_reply('MODE the lock is ' .. kind(other) .. ', not ' .. wanted .. '; nothing was changed')
   end
 end
 
-local mine, position
-for i, holder in ipairs(holders) do
-  if holder[1] == token then mine = i end
-end
-for i, entry in ipairs(queue) do
-  if entry[1] == waiter and waiter ~= '' then position = i end
-end
 if reenter and mine == nil then return {-2, now} end
-if reenter and mode == 'exclusive' and holders[mine][2].mode == 'shared' then
+if reenter and request.mode == 'exclusive' and mine.mode == 'shared' then
   return redis.error_reply('MODE the lock is held shared by this token; it cannot be re-entered exclusively')
 end
-if queued_only and mine == nil and position == nil then return {-1, now} end
+if stay and mine == nil and not queued then return {-1, now} end
 
 -- From here on, writes.
-if #stale_holders > 0 then redis.call('HDEL', keys.holders, unpack(stale_holders)) end
-if #stale_queue > 0 then redis.call('HDEL', keys.queue, unpack(stale_queue)) end
-
-local function admit_heads()
-  local granted = hand_off(keys, holders, queue, now, grant, wake_ttl, position and waiter)
-  if position then position = position - granted end
+begin_writes(lock)
+if entry and not queued then
+  -- Our own entry expired (this process was suspended): it goes, and we join anew.
+  remove_entry(lock, waiter)
+  entry = nil
 end
 
-local function acquired(record)
-  redis.call('HSET', keys.holders, token, cjson.encode(record))
-  if position then
-    redis.call('HDEL', keys.queue, waiter)
-    table.remove(queue, position)
-    position = nil
+-- Taken: the caller's record is written, its entry and wake-ups go, and whoever is admitted
+-- behind it is handed the lock too.
+local function acquired(record, new)
+  put_holder(lock, token, record, new)
+  if not new then
+    history_change(lock, record.fence, function(entry) entry.exp = record.exp end)
   end
+  if entry then remove_entry(lock, waiter) end
   -- Wake-ups left for a waiter that is done waiting (a fail-fast caller has no wake list).
-  if waiter ~= '' then redis.call('DEL', keys.wake) end
-  admit_heads()
-  expire_by_latest(keys.holders, holders, now)
-  expire_by_latest(keys.queue, queue, now)
+  if waiter ~= '' then redis.call('DEL', key.wake) end
+  hand_off(lock, nil, grant, wake_ttl)
+  settle(lock)
   return {1, record.fence, now}
 end
 
 if mine then
-  local record = holders[mine][2]
   if reenter then
     -- A nested invocation: one more hold on the same lease.
-    record.count = (record.count or 1) + 1
-    if now + ttl > record.exp then record.exp, record.ttl = now + ttl, ttl end
+    mine.count = (mine.count or 1) + 1
+    if now + ttl > mine.exp then mine.exp, mine.ttl = now + ttl, ttl end
   else
     -- Handed over while we waited: turn the short grant into a full lease.
-    record.exp, record.ttl = now + ttl, ttl
+    mine.exp, mine.ttl = now + ttl, ttl
   end
-  return acquired(record)
+  return acquired(mine, false)
 end
 
-admit_heads()
-if admitted({mode = mode, limit = limit}, (position or #queue + 1) - 1, holders, queue) then
-  local record = {
-    mode = mode, limit = limit, fence = redis.call('INCR', keys.fence), host = ARGV[5],
-    pid = tonumber(ARGV[6]), user = ARGV[7], cmd = ARGV[8], since = now, ttl = ttl, exp = now + ttl,
-    count = 1,
-  }
-  holders[#holders + 1] = {token, record}
-  return acquired(record)
+hand_off(lock, entry and waiter, grant, wake_ttl)
+refused, head = peek_head(lock)
+local first_in_line = head == nil and not lock.head_unknown or (head ~= nil and head[1] == waiter)
+if first_in_line and not refused and admitted(request, lock) then
+  return acquired(holder_record(request, next_fence(lock), now, ttl), true)
 end
 
-if waiter ~= '' then
-  local entry
-  if position then
-    entry = queue[position][2]
-  else
-    local last = queue[#queue]
-    -- A new place: wake-ups left from an earlier one (a lapsed grant) mean nothing now.
-    redis.call('DEL', keys.wake)
-    entry = {
-      id = waiter, tok = token, seq = last and last[2].seq + 1 or 1, mode = mode, limit = limit,
-      host = ARGV[5], pid = tonumber(ARGV[6]), user = ARGV[7], cmd = ARGV[8], since = now,
-    }
-    queue[#queue + 1] = {waiter, entry}
-    position = #queue
-  end
+local position = 0
+if entry then
   entry.exp = now + entry_ttl
-  redis.call('HSET', keys.queue, waiter, cjson.encode(entry))
+  put_entry(lock, waiter, entry)
+  position = redis.call('ZRANK', key.queue, waiter) + 1
+elseif waiter ~= '' and not lock.head_unknown then
+  -- A new place at the back. Wake-ups left from an earlier one (a lapsed grant) mean nothing now.
+  redis.call('DEL', key.wake)
+  local last = redis.call('ZRANGE', key.queue, -1, -1, 'WITHSCORES')
+  entry = {
+    tok = token, mode = request.mode, limit = request.limit, host = request.host,
+    pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
+    exp = now + entry_ttl,
+  }
+  redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
+  put_entry(lock, waiter, entry)
+  lock.length = lock.length + 1
+  position = lock.length
 end
-expire_by_latest(keys.queue, queue, now)
+settle(lock)
 
 -- The first two in line watch the earliest expiry among the holders; the rest only refresh.
-local earliest
-for _, holder in ipairs(holders) do
-  if earliest == nil or holder[2].exp < earliest then earliest = holder[2].exp end
-end
+-- With more dead entries at the head than one call examines, everyone calls again soon.
+refused, first = first_holder(lock)
 local hint = math.floor(entry_ttl / 3)
-if position and position <= 2 and earliest then hint = math.min(hint, earliest - now) end
-return {0, now, holders[1] and cjson.encode(holders[1][2]) or false, position or 0, #queue, hint}
+if lock.head_unknown then hint = 0 end
+if position > 0 and position <= 2 and first then hint = math.min(hint, first[2].exp - now) end
+return {0, now, first and first[3] or false, position, lock.length, hint}

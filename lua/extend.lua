@@ -1,21 +1,26 @@
--- extend: reset the expiry of a live holder; never re-creates an expired or foreign lock.
--- KEYS[1] holders hash
--- ARGV[1] token, ARGV[2] ttl_ms
+-- extend: reset the expiry of a live holder (and of its history entry); never re-creates an
+-- expired or foreign lock.
 -- Returns {1, now_ms} when extended, {0, now_ms} when the token holds nothing.
-local holders_key = KEYS[1]
-local token, ttl = ARGV[1], tonumber(ARGV[2])
-
-local now = server_now()
-local refused, holders = records(holders_key, now)
+local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms'})
 if refused then return refused end
+local token, ttl = arg.token, tonumber(arg.ttl_ms)
 
+local lock
+refused, lock = open_lock(key, {acl = {
+  {'HSET', key.holders, 'f', 'v'}, {'PEXPIREAT', key.holders, '1'},
+  {'ZADD', key.leases, '1', 'm'}, {'ZREM', key.leases, 'm'}, {'PEXPIREAT', key.leases, '1'},
+  {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
+}})
+if refused then return refused end
 local mine
-for _, holder in ipairs(holders) do
-  if holder[1] == token then mine = holder[2] end
-end
-if mine == nil then return {0, now} end
+refused, mine = holder_of(lock, token)
+if refused then return refused end
+if mine == nil then return {0, lock.now} end
 
-mine.exp, mine.ttl = now + ttl, ttl
-redis.call('HSET', holders_key, token, cjson.encode(mine))
-expire_by_latest(holders_key, holders, now)
-return {1, now}
+-- From here on, writes.
+begin_writes(lock)
+mine.exp, mine.ttl = lock.now + ttl, ttl
+put_holder(lock, token, mine, false)
+history_change(lock, mine.fence, function(entry) entry.exp = mine.exp end)
+settle(lock)
+return {1, lock.now}

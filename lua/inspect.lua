@@ -1,23 +1,59 @@
 -- inspect: read the state of one lock without changing it.
--- KEYS[1] holders hash, KEYS[2] fence counter, KEYS[3] queue hash
--- Returns {now_ms, last_fence or false, {holder_json...}, {waiter_json...}}: live holders, and
--- live waiters in queue order (without their tokens).
-local holders_key, fence_key, queue_key = KEYS[1], KEYS[2], KEYS[3]
+-- Returns {now_ms, last_fence or false, {holder_json...}, {waiter_json...}, live_holders,
+-- queue_length, last_run_json or false}: up to max_holders live holders (earliest expiry
+-- first) and up to max_waiters live waiters from the head of the queue, in order (without their
+-- tokens); the number of live holders, and of entries in the queue (a dead waiter's entry
+-- counts until it reaches the head); the history entry of the latest hold that is over (ended,
+-- or expired).
+local refused, key, arg = inputs(
+  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'}, {'max_holders', 'max_waiters'})
+if refused then return refused end
+local lock
+refused, lock = open_lock(key, {fence = true})
+if refused then return refused end
+local now, max_holders, max_waiters = lock.now, tonumber(arg.max_holders), tonumber(arg.max_waiters)
 
-local now = server_now()
-local refused, holders = records(holders_key, now)
-if refused then return refused end
-local queue, fence
-refused, queue = records(queue_key, now)
-if refused then return refused end
-refused, fence = last_fence(fence_key)
-if refused then return refused end
-table.sort(queue, function(a, b) return a[2].seq < b[2].seq end)
-
-local holder_json, waiter_json = {}, {}
-for _, holder in ipairs(holders) do holder_json[#holder_json + 1] = cjson.encode(holder[2]) end
-for _, entry in ipairs(queue) do
-  entry[2].tok = nil
-  waiter_json[#waiter_json + 1] = cjson.encode(entry[2])
+local holder_json = {}
+if live_count(lock) > 0 then
+  local tokens = redis.call('ZRANGEBYSCORE', key.leases, '(' .. int(now), '+inf', 'LIMIT', 0, max_holders)
+  for i = 1, #tokens, 1000 do
+    local values = redis.call('HMGET', key.holders, unpack(tokens, i, math.min(i + 999, #tokens)))
+    for j = 1, #values do
+      -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
+      if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
+      if values[j] then holder_json[#holder_json + 1] = values[j] end
+    end
+  end
 end
-return {now, fence, holder_json, waiter_json}
+
+-- The first live waiters, examining at most SCAN_BUDGET dead ones besides.
+local waiter_json, from = {}, 0
+while #waiter_json < max_waiters and from < lock.length and from < max_waiters + SCAN_BUDGET do
+  local ids = redis.call('ZRANGE', key.queue, from, from + 99)
+  if not ids[1] then break end
+  local values = redis.call('HMGET', key.waiters, unpack(ids))
+  for i = 1, #ids do
+    local entry = decode(values[i])
+    if values[i] and not entry then return foreign(key.waiters, 'holds a field') end
+    if entry and entry.exp > now and #waiter_json < max_waiters then
+      entry.tok = nil
+      waiter_json[#waiter_json + 1] = cjson.encode(entry)
+    end
+  end
+  from = from + #ids
+end
+-- The history holds at most HISTORY_CAP entries: read from the newest until one is over.
+local last_run = false
+if lock.history_count > 0 then
+  local entries = redis.call('ZRANGE', key.history, 0, -1)
+  for i = #entries, 1, -1 do
+    local entry = decode(entries[i])
+    if not entry then return foreign(key.history, 'holds a member') end
+    if entry.ended or entry.exp <= now then
+      last_run = entries[i]
+      break
+    end
+  end
+end
+return {now, lock.last_fence or false, holder_json, waiter_json, live_count(lock), lock.length,
+  last_run}

@@ -1,15 +1,69 @@
 -- prelude: helpers shared by every script, prepended to each one when it is compiled in (a fixed
 -- text, so each script keeps a fixed SHA). Everything here is local to the script.
+--
+-- Cost rule: a script's work is O(log n) in the queue length and the number of holders, plus
+-- what it actually touches (the holders it grants or evicts, at most SCAN_BUDGET queue entries
+-- examined, at most PURGE_CHUNK expired holders deleted). Nothing here reads a whole hash or
+-- sorted set; see README.md for the layout.
+--
+-- Failure rule: every step that can fail (a type check, an ACL check, a record that does not
+-- decode) comes before the first write, so an error reply leaves Redis untouched. After the
+-- first write, the only calls are ones that cannot fail on data we have checked; a push onto
+-- another waiter's wake list (a key we cannot check in advance) is made under pcall.
+
+-- Queue entries examined per call while looking for the first live one (dead ones at the head
+-- are dropped as they are found).
+local SCAN_BUDGET = 1000
+-- Expired holders deleted per call, oldest first (the rest wait for later calls; they are never
+-- counted as holders meanwhile).
+local PURGE_CHUNK = 100
+-- Waiters handed the lock by one call (a run of readers, a semaphore's free permits); when more
+-- are admitted, the next one is told to look, and its own call goes on.
+local MAX_GRANTS = 100
+-- Extra life given to the queue keys beyond their latest entry, so a busy queue resets their
+-- expiry about once a second, not on every refresh.
+local QUEUE_SLACK_MS = 1000
+-- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
+-- its last change.
+local HISTORY_CAP = 100
+local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
+
+-- Names the script's KEYS and ARGV, in order: `key.<name>` and `arg.<name>`. The same names, in
+-- the same order, are declared on the Rust side (src/scripts.rs; a test compares them). Returns
+-- nil, key, arg; or an error reply when the caller sent another number of either.
+local function inputs(key_names, arg_names)
+  if #KEYS ~= #key_names or #ARGV ~= #arg_names then
+    return redis.error_reply('ERR redlock script called with ' .. #KEYS .. ' keys and ' .. #ARGV ..
+      ' arguments; it takes ' .. #key_names .. ' and ' .. #arg_names .. ' (mixed redlock versions?)')
+  end
+  local key, arg = {}, {}
+  for i, name in ipairs(key_names) do key[name] = KEYS[i] end
+  for i, name in ipairs(arg_names) do arg[name] = ARGV[i] end
+  return nil, key, arg
+end
+
+-- An integer as decimal digits. Lua's own conversion (`..`, tostring, cjson) keeps 14
+-- significant digits: fences and times must never pass through it.
+local function int(n)
+  return string.format('%d', n)
+end
 
 -- An error reply for data at one of our key names that redlock did not write.
 local function foreign(key, what)
   return redis.error_reply('WRONGTYPE ' .. key .. ' ' .. what .. ' that redlock did not write')
 end
 
--- The error reply for a key that a read found of another type (TYPE is asked only then: every
--- call costs the server time, and scripts run on every acquisition).
-local function wrong_type(key)
-  return foreign(key, 'is a ' .. redis.call('TYPE', key)['ok'])
+-- Runs a read that doubles as the type check of `key`. Returns nil and the reply; or an error
+-- reply: foreign data when the key is of another type (TYPE is asked only then, for the
+-- message: every call costs the server time), else the error itself (an ACL denial, say).
+local function read(key, ...)
+  local ok, reply = pcall(redis.call, ...)
+  if ok then return nil, reply end
+  local message = type(reply) == 'table' and reply.err or tostring(reply)
+  if string.find(message, 'WRONGTYPE', 1, true) then
+    return foreign(key, 'is a ' .. redis.call('TYPE', key)['ok'])
+  end
+  return redis.error_reply(message)
 end
 
 -- The server's clock, in ms.
@@ -18,119 +72,479 @@ local function server_now()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Reads a hash of JSON records (holders or queue entries). Returns nil, the live {field,
--- record} pairs and the stale field names; or an error reply when the key is of another type
--- or a field is not a redlock record.
-local function records(key, now)
-  local ok, fields = pcall(redis.call, 'HGETALL', key)
-  if not ok then return wrong_type(key) end
-  local live, stale = {}, {}
-  for i = 1, #fields, 2 do
-    local decoded, record = pcall(cjson.decode, fields[i + 1])
-    if not decoded or type(record) ~= 'table' or type(record.exp) ~= 'number' then
-      return foreign(key, 'holds a field')
+-- Decodes a holder record or queue entry; nil when it is not one redlock wrote.
+local function decode(json)
+  if type(json) ~= 'string' then return nil end
+  local ok, record = pcall(cjson.decode, json)
+  if ok and type(record) == 'table' and type(record.exp) == 'number' then return record end
+  return nil
+end
+
+-- The wake list of waiter `id`, named from the queue key (same hash tag, so the same Cluster
+-- slot): a script handing the lock over cannot know in advance whom to pass in KEYS.
+local function wake_key(key, id)
+  return string.sub(key.queue, 1, -7) .. ':wake:' .. id
+end
+
+-- Checks, before any write, that the user may run every write a script can make
+-- (`checks`: {command, key, arguments...}). Redis before 7.0 cannot ask; there an ACL that
+-- denies one of them still fails the script part-way (grant redlock's user these commands).
+local function may_write(checks)
+  if not redis.acl_check_cmd then return nil end
+  for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+      return redis.error_reply('NOPERM this user may not run ' .. check[1] .. ' on ' .. check[2] ..
+        ', which redlock needs; nothing was changed')
     end
-    if record.exp > now then live[#live + 1] = {fields[i], record} else stale[#stale + 1] = fields[i] end
   end
-  return nil, live, stale
+  return nil
 end
 
--- Reads the fence counter. Returns nil and its last value (false before the first); or an
--- error reply when the key holds anything but an integer.
-local function last_fence(key)
-  local ok, value = pcall(redis.call, 'GET', key)
-  if not ok then return wrong_type(key) end
-  if value and not string.match(value, '^%d+$') then return foreign(key, 'holds a value') end
-  return nil, value
+-- The largest fence: Lua's numbers hold every integer up to 2^53 - 1, and no further.
+local MAX_FENCE = 9007199254740991
+
+-- The next fencing token. The counter never expires and only grows. When it is missing (a new
+-- lock name, or the counter was lost: evicted, flushed, a restart without persistence, a
+-- failover to a replica that had not received it) it starts from the server's clock in
+-- microseconds, not from 0, so that fences go on rising across such a loss. The one
+-- assumption (README.md, "Fences"): fewer fences were issued since the counter was last
+-- started than microseconds have passed, and the server's clock did not step back.
+local function next_fence(lock)
+  if not lock.last_fence then
+    local time = redis.call('TIME')
+    local seed = int(tonumber(time[1]) * 1000000 + tonumber(time[2]))
+    redis.call('SET', lock.key.fence, seed)
+    lock.last_fence = seed
+  end
+  return redis.call('INCR', lock.key.fence)
 end
 
--- Reads a lock for a script that may change it (KEYS[1..4]: holders, fence, queue, the caller's
--- wake list) and checks, before any write, every key the script may write: the hashes always,
--- the fence when `writes.fence` or when someone waits (a hand-off takes a fence), the wake list
--- when `writes.wake`. Returns nil and {now, holders, stale_holders, queue in arrival order,
--- stale_queue}; or an error reply when anything there is not redlock's.
-local function read_lock(keys, writes)
-  local lock, refused = {now = server_now()}, nil
-  refused, lock.holders, lock.stale_holders = records(keys.holders, lock.now)
+-- The writes of the scripts that change a lock (acquire, release), for may_write.
+local function lock_writes(key)
+  local other = wake_key(key, '0')
+  return {
+    {'HSET', key.holders, 'f', 'v'}, {'HDEL', key.holders, 'f'}, {'DEL', key.holders},
+    {'PEXPIREAT', key.holders, '1'}, {'ZADD', key.leases, '1', 'm'}, {'ZREM', key.leases, 'm'},
+    {'DEL', key.leases}, {'PEXPIREAT', key.leases, '1'}, {'INCR', key.fence},
+    {'SET', key.fence, '1'}, {'SET', key.cancel, '1', 'PX', '1'},
+    {'ZADD', key.queue, '1', 'm'}, {'ZREM', key.queue, 'm'}, {'PEXPIREAT', key.queue, '1'},
+    {'HSET', key.waiters, 'f', 'v'}, {'HDEL', key.waiters, 'f'}, {'PEXPIREAT', key.waiters, '1'},
+    {'DEL', key.wake}, {'RPUSH', other, 'v'}, {'PEXPIRE', other, '1'},
+    {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
+  }
+end
+
+-- Whether `text` is shaped like a token (32 hex digits) or a waiter id (16).
+local function token_shaped(text, length)
+  return #text == length and string.match(text, '^%x+$') ~= nil
+end
+
+-- The holders hash is the truth, the leases set its index. Their counts differ only when
+-- someone changed one by hand (deleted the hash to free the lock, a field to evict a holder):
+-- then, and only then, both are read whole (O(n)) to rebuild the index from the records
+-- (kept in lock.fix, applied by begin_writes) and to answer this call from the records.
+-- Returns an error reply when a field or member is not redlock's.
+local function reconcile_holders(lock)
+  local key, records, live, first = lock.key, {}, 0, nil
+  local fields = redis.call('HGETALL', key.holders)
+  for i = 1, #fields, 2 do
+    local record = decode(fields[i + 1])
+    if not record then return foreign(key.holders, 'holds a field') end
+    records[fields[i]] = record
+    if record.exp > lock.now then
+      live = live + 1
+      if first == nil or record.exp < first[2].exp then first = {fields[i], record, fields[i + 1]} end
+    end
+  end
+  local fix, members = {add = {}, drop = {}}, redis.call('ZRANGE', key.leases, 0, -1)
+  local indexed = {}
+  for _, token in ipairs(members) do
+    if records[token] then
+      indexed[token] = true
+    elseif token_shaped(token, 32) then
+      fix.drop[#fix.drop + 1] = token
+    else
+      return foreign(key.leases, 'holds a member')
+    end
+  end
+  for token, record in pairs(records) do
+    if not indexed[token] then
+      fix.add[#fix.add + 1] = record.exp
+      fix.add[#fix.add + 1] = token
+    end
+  end
+  lock.fix, lock.live, lock.first = fix, live, first or false
+  return nil
+end
+
+-- The queue set is the truth for who waits, the waiters hash holds their entries. An entry
+-- without a place (the set was deleted by hand, to empty the queue) is dropped by
+-- begin_writes; a place without an entry is a dead waiter, dropped when it reaches the head.
+-- Returns an error reply when a field is not redlock's.
+local function reconcile_queue(lock)
+  local key, placed, orphans = lock.key, {}, {}
+  for _, id in ipairs(redis.call('ZRANGE', key.queue, 0, -1)) do placed[id] = true end
+  local fields = redis.call('HGETALL', key.waiters)
+  for i = 1, #fields, 2 do
+    if not decode(fields[i + 1]) then return foreign(key.waiters, 'holds a field') end
+    if not placed[fields[i]] then orphans[#orphans + 1] = fields[i] end
+  end
+  lock.orphans = orphans
+  return nil
+end
+
+-- Reads the counts of a lock's keys and checks them. `key` holds holders and leases, and queue
+-- and waiters unless the script never touches the queue. The fence is checked when
+-- `writes.fence` or when someone waits (a hand-off takes a fence), the caller's wake list when
+-- `writes.wake`; `writes.acl` is the list for may_write. Returns nil and the lock (now, length:
+-- the queue's, last_fence when read); or an error reply when anything there is not redlock's.
+local function open_lock(key, writes)
+  local lock = {key = key, now = server_now(), budget = SCAN_BUDGET, dead = {}, length = 0}
+  local refused, holders, leases, queued, waiters
+  refused, holders = read(key.holders, 'HLEN', key.holders)
   if refused then return refused end
-  refused, lock.queue, lock.stale_queue = records(keys.queue, lock.now)
+  refused, leases = read(key.leases, 'ZCARD', key.leases)
   if refused then return refused end
-  if writes.fence or #lock.queue > 0 then
-    refused = last_fence(keys.fence)
+  if holders ~= leases then
+    refused = reconcile_holders(lock)
+    if refused then return refused end
+  else
+    lock.indexed = leases
+  end
+  if key.queue then
+    refused, queued = read(key.queue, 'ZCARD', key.queue)
+    if refused then return refused end
+    refused, waiters = read(key.waiters, 'HLEN', key.waiters)
+    if refused then return refused end
+    if waiters > queued then
+      refused = reconcile_queue(lock)
+      if refused then return refused end
+    end
+    lock.length = queued
+  end
+  if writes.fence or lock.length > 0 then
+    local value
+    refused, value = read(key.fence, 'GET', key.fence)
+    if refused then return refused end
+    if value and not string.match(value, '^%d+$') then return foreign(key.fence, 'holds a value') end
+    if value and tonumber(value) >= MAX_FENCE then
+      return redis.error_reply('FENCE ' .. key.fence .. ' is at its maximum; delete it if no resource checks the fences of this lock')
+    end
+    lock.last_fence = value
+  end
+  if key.history then
+    refused, lock.history_count = read(key.history, 'ZCARD', key.history)
     if refused then return refused end
   end
   if writes.wake then
-    local found = redis.call('TYPE', keys.wake)['ok']
-    if found ~= 'none' and found ~= 'list' then return foreign(keys.wake, 'is a ' .. found) end
+    local found = redis.call('TYPE', key.wake)['ok']
+    if found ~= 'none' and found ~= 'list' then return foreign(key.wake, 'is a ' .. found) end
   end
-  table.sort(lock.queue, function(a, b) return a[2].seq < b[2].seq end)
+  refused = may_write(writes.acl or {})
+  if refused then return refused end
+  if holders == 0 then lock.live = 0 end
   return nil, lock
 end
 
--- Whether a request like `record` (mode, limit) is admitted now, with `ahead` entries of
--- `queue` before it: exclusive needs no holder and nobody ahead; shared needs no exclusive
--- holder and only shared waiters ahead (a queued writer holds back later readers); a semaphore
--- needs holders + waiters ahead < its limit.
-local function admitted(record, ahead, holders, queue)
-  if record.mode == 'exclusive' then return #holders == 0 and ahead == 0 end
-  if record.mode == 'semaphore' then return #holders + ahead < record.limit end
-  for _, holder in ipairs(holders) do
-    if holder[2].mode == 'exclusive' then return false end
+-- How many holders are live (read once, then kept up to date by put_holder and remove_holder).
+local function live_count(lock)
+  if lock.live == nil then
+    lock.live = redis.call('ZCOUNT', lock.key.leases, '(' .. int(lock.now), '+inf')
   end
-  for i = 1, ahead do
-    if queue[i][2].mode ~= 'shared' then return false end
-  end
-  return true
+  return lock.live
 end
 
--- Pushes `message` onto a waiter's wake list. Its name comes from the queue key (same hash
--- tag, so the same Cluster slot): the caller cannot know which waiter to pass in KEYS.
-local function wake(queue_key, id, message, wake_ttl)
-  local list = string.sub(queue_key, 1, -7) .. ':wake:' .. id
-  redis.call('RPUSH', list, message)
-  redis.call('PEXPIRE', list, wake_ttl)
+-- The live holder whose lease ends first: nil and {token, record, json}, nil when nobody holds
+-- the lock; or an error reply for a record redlock did not write. Cached until holders change.
+local function first_holder(lock)
+  if lock.first ~= nil then return nil, lock.first or nil end
+  lock.first = false
+  if live_count(lock) == 0 then return nil, nil end
+  local found = redis.call('ZRANGEBYSCORE', lock.key.leases, '(' .. int(lock.now), '+inf', 'LIMIT', 0, 1)
+  if not found[1] then return nil, nil end
+  local json = redis.call('HGET', lock.key.holders, found[1])
+  local record = decode(json)
+  if not record then return foreign(lock.key.holders, 'holds a field'), nil end
+  lock.first = {found[1], record, json}
+  return nil, lock.first
 end
 
--- Sets the PEXPIRE of a hash to its latest record expiry. `list` holds every live record left
--- in it; when it is empty every field has been deleted (stale ones included), and with the last
--- field Redis deleted the hash.
-local function expire_by_latest(key, list, now)
-  local latest = 0
-  for _, item in ipairs(list) do
-    if item[2].exp > latest then latest = item[2].exp end
+-- The live record of `token`: nil and the record, or nil when the token holds nothing live; or
+-- an error reply for a record redlock did not write.
+local function holder_of(lock, token)
+  if token == '' then return nil, nil end
+  local json = redis.call('HGET', lock.key.holders, token)
+  if not json then return nil, nil end
+  local record = decode(json)
+  if not record then return foreign(lock.key.holders, 'holds a field'), nil end
+  if record.exp > lock.now then return nil, record end
+  return nil, nil
+end
+
+-- The history: one entry per hold, scored by its fence, written when the hold starts
+-- (history_start) and changed when its lease is reset or it ends (history_change). An entry
+-- without an end whose lease has passed is a hold that expired. Scripts that do not pass the
+-- history key leave it alone.
+local function history_start(lock, record)
+  local key = lock.key.history
+  if not key then return end
+  local entry = {
+    fence = record.fence, mode = record.mode, limit = record.limit, host = record.host,
+    pid = record.pid, user = record.user, cmd = record.cmd, note = record.note,
+    since = record.since, exp = record.exp,
+  }
+  redis.call('ZADD', key, record.fence, cjson.encode(entry))
+  lock.history_count, lock.history_written = lock.history_count + 1, true
+end
+
+-- Changes the entry of `fence` with `change(entry)`; nothing when the history has none (it
+-- was trimmed, or written before the history existed).
+local function history_change(lock, fence, change)
+  local key = lock.key.history
+  if not key or not fence then return end
+  local found = redis.call('ZRANGEBYSCORE', key, fence, fence, 'LIMIT', 0, 1)
+  local entry = decode(found[1])
+  if not entry then return end
+  change(entry)
+  redis.call('ZREM', key, found[1])
+  redis.call('ZADD', key, fence, cjson.encode(entry))
+  lock.history_written = true
+end
+
+-- The change that ends an entry (`how`: released, forced, given back), with the exit status
+-- and signal the holder reported, if any.
+local function ended(now, how, exit, signal)
+  return function(entry)
+    entry.ended, entry.outcome, entry.exit, entry.signal = now, how, tonumber(exit), tonumber(signal)
   end
-  if latest > now then redis.call('PEXPIRE', key, latest - now) end
+end
+
+-- Writes a holder record and its lease (the record's expiry is its score). `new`: a holder
+-- that was not live before, now counted, whose hold starts an entry in the history.
+local function put_holder(lock, token, record, new)
+  local json = cjson.encode(record)
+  redis.call('HSET', lock.key.holders, token, json)
+  redis.call('ZADD', lock.key.leases, record.exp, token)
+  if new then history_start(lock, record) end
+  if new and lock.live then lock.live = lock.live + 1 end
+  if record.mode == 'exclusive' then lock.exclusive = true end
+  lock.first, lock.holders_changed = nil, true
+  return json
+end
+
+-- Deletes a live holder and its lease.
+local function remove_holder(lock, token, record)
+  redis.call('HDEL', lock.key.holders, token)
+  redis.call('ZREM', lock.key.leases, token)
+  if lock.live then lock.live = lock.live - 1 end
+  if record.mode == 'exclusive' then lock.exclusive = false end
+  lock.first, lock.holders_changed = nil, true
+end
+
+-- Deletes up to PURGE_CHUNK expired holders, oldest lease first (nothing to do, and no call,
+-- when every lease counted at the start is live).
+local function purge_holders(lock)
+  if lock.indexed == live_count(lock) then return end
+  local stale = redis.call('ZRANGEBYSCORE', lock.key.leases, '-inf', int(lock.now), 'LIMIT', 0, PURGE_CHUNK)
+  if stale[1] then
+    redis.call('HDEL', lock.key.holders, unpack(stale))
+    redis.call('ZREM', lock.key.leases, unpack(stale))
+    lock.holders_changed = true
+  end
+end
+
+-- A new holder record for a request or queue entry (`who`: mode, limit, host, pid, user, cmd,
+-- note). The fence is kept as a string: see int().
+local function holder_record(who, fence, now, ttl)
+  return {
+    mode = who.mode, limit = who.limit, count = 1, fence = int(fence), host = who.host,
+    pid = who.pid, user = who.user, cmd = who.cmd, note = who.note, since = now, ttl = ttl,
+    exp = now + ttl,
+  }
+end
+
+-- Whether the live holders are exclusive (then there is exactly one).
+local function held_exclusive(lock)
+  if lock.exclusive == nil then
+    local _, first = first_holder(lock)
+    lock.exclusive = first ~= nil and first[2].mode == 'exclusive'
+  end
+  return lock.exclusive
+end
+
+-- Whether a request (mode, limit) at the head of the queue, or with nobody queued, is admitted
+-- now: exclusive needs no live holder; shared needs no exclusive holder; a semaphore needs
+-- fewer live holders than its limit. Behind anyone, nobody is admitted: a head that is not
+-- admitted holds back everyone behind it (so a queued writer holds back later readers).
+local function admitted(request, lock)
+  local live = live_count(lock)
+  if request.mode == 'exclusive' then return live == 0 end
+  if request.mode == 'semaphore' then return live < request.limit end
+  return live == 0 or not held_exclusive(lock)
+end
+
+-- The first live entry of the queue: nil and {id, entry}, or nil when the queue holds none
+-- (or when the budget ran out first: then lock.head_unknown); or an error reply for an entry
+-- redlock did not write. Dead entries found on the way are noted in lock.dead (the front of
+-- the queue, still in Redis until drop_dead). Cached until the queue's head changes.
+local function peek_head(lock)
+  if lock.head ~= nil then return nil, lock.head or nil end
+  if lock.length == 0 then
+    lock.head = false
+    return nil, nil
+  end
+  local key, batch = lock.key, 1
+  while true do
+    if lock.budget <= 0 then
+      lock.head_unknown = true
+      return nil, nil
+    end
+    local from = #lock.dead
+    local ids = redis.call('ZRANGE', key.queue, from, from + math.min(batch, lock.budget) - 1)
+    if not ids[1] then
+      lock.head = false
+      return nil, nil
+    end
+    lock.budget = lock.budget - #ids
+    local values = redis.call('HMGET', key.waiters, unpack(ids))
+    for i, id in ipairs(ids) do
+      local entry = decode(values[i])
+      if values[i] and not entry then return foreign(key.waiters, 'holds a field'), nil end
+      if entry and entry.exp > lock.now then
+        lock.head = {id, entry}
+        return nil, lock.head
+      end
+      lock.dead[#lock.dead + 1] = id
+    end
+    batch = math.min(batch * 8, 512)
+  end
+end
+
+-- Removes a queue entry.
+local function remove_entry(lock, id)
+  if redis.call('ZREM', lock.key.queue, id) == 1 then lock.length = lock.length - 1 end
+  redis.call('HDEL', lock.key.waiters, id)
+  if lock.head and lock.head[1] == id then lock.head = nil end
+end
+
+-- Removes the dead entries peek_head found at the head (a write).
+local function drop_dead(lock)
+  if lock.dead[1] then
+    redis.call('ZREM', lock.key.queue, unpack(lock.dead))
+    redis.call('HDEL', lock.key.waiters, unpack(lock.dead))
+    lock.length = lock.length - #lock.dead
+    lock.dead = {}
+  end
+end
+
+-- The first writes of a script: the repairs reconcile_* planned, up to PURGE_CHUNK expired
+-- holders, and the dead entries found at the head.
+local function begin_writes(lock)
+  local key, fix = lock.key, lock.fix
+  if fix then
+    for i = 1, #fix.drop, 1000 do
+      redis.call('ZREM', key.leases, unpack(fix.drop, i, math.min(i + 999, #fix.drop)))
+    end
+    for i = 1, #fix.add, 1000 do
+      redis.call('ZADD', key.leases, unpack(fix.add, i, math.min(i + 999, #fix.add)))
+    end
+    lock.fix, lock.holders_changed = nil, true
+  end
+  if lock.orphans then
+    for i = 1, #lock.orphans, 1000 do
+      redis.call('HDEL', key.waiters, unpack(lock.orphans, i, math.min(i + 999, #lock.orphans)))
+    end
+    lock.orphans = nil
+  end
+  if key.queue then
+    purge_holders(lock)
+    drop_dead(lock)
+  end
+end
+
+-- Writes a queue entry (new or refreshed), with its expiry.
+local function put_entry(lock, id, entry)
+  redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+  if not lock.queue_until or entry.exp > lock.queue_until then lock.queue_until = entry.exp end
+end
+
+-- Pushes `message` onto waiter `id`'s wake list (see wake_key). Under pcall: foreign data at
+-- that name is left alone, and that waiter learns its news from its next call instead.
+local function wake(lock, id, message, wake_ttl)
+  local list = wake_key(lock.key, id)
+  if pcall(redis.call, 'RPUSH', list, message) then redis.call('PEXPIRE', list, wake_ttl) end
 end
 
 -- Hands room to the queue's head, and to as many behind it as are admitted too (a run of
 -- readers, the next permits of a semaphore), each with a short grant and a fence of its own;
--- stops at `stop_at` (the caller's waiter id). Tells each one 'g:<fence>:<grant expiry>', and
--- the first left waiting 'w:<earliest holder expiry>:<queue length>:<first holder's record>'
--- so it watches those grants without a script call of its own. Updates `holders` and `queue`;
--- returns how many were handed the lock.
-local function hand_off(keys, holders, queue, now, grant, wake_ttl, stop_at)
-  local granted = 0
-  while queue[1] and queue[1][1] ~= stop_at and admitted(queue[1][2], 0, holders, queue) do
-    local id, entry = queue[1][1], queue[1][2]
-    local record = {
-      mode = entry.mode, limit = entry.limit, fence = redis.call('INCR', keys.fence), host = entry.host,
-      pid = entry.pid, user = entry.user, cmd = entry.cmd, since = now, ttl = grant, exp = now + grant,
-      count = 1,
-    }
-    redis.call('HSET', keys.holders, entry.tok, cjson.encode(record))
-    holders[#holders + 1] = {entry.tok, record}
-    redis.call('HDEL', keys.queue, id)
-    table.remove(queue, 1)
-    wake(keys.queue, id, 'g:' .. record.fence .. ':' .. record.exp, wake_ttl)
+-- stops at `stop_at` (the caller's waiter id), and after MAX_GRANTS (then tells the next one
+-- to look: its call goes on). Tells each one 'g:<fence>:<grant expiry>', and the first left
+-- waiting 'w:<earliest holder expiry>:<queue length>:<that holder's record>' so it watches
+-- those grants without a script call of its own. Dead entries met at the head are dropped.
+-- Returns how many were handed the lock.
+local function hand_off(lock, stop_at, grant, wake_ttl)
+  local granted, head, first = 0, nil, nil
+  while true do
+    local refused
+    refused, head = peek_head(lock)
+    drop_dead(lock)
+    -- An entry that does not decode, met after the first write: leave it for the next call,
+    -- which refuses before writing.
+    if refused then head = nil end
+    if head == nil or head[1] == stop_at or not admitted(head[2], lock) then break end
+    if granted == MAX_GRANTS then
+      wake(lock, head[1], 'l', wake_ttl)
+      return granted
+    end
+    local id, entry = head[1], head[2]
+    local record = holder_record(entry, next_fence(lock), lock.now, grant)
+    first = {entry.tok, record, put_holder(lock, entry.tok, record, true)}
+    remove_entry(lock, id)
+    wake(lock, id, 'g:' .. record.fence .. ':' .. int(record.exp), wake_ttl)
     granted = granted + 1
   end
-  if granted > 0 and queue[1] and queue[1][1] ~= stop_at then
-    local earliest = holders[1][2].exp
-    for _, holder in ipairs(holders) do
-      if holder[2].exp < earliest then earliest = holder[2].exp end
+  if granted > 0 and head and head[1] ~= stop_at then
+    -- The first lease to end: a grant's, when every live holder is a new grant (they all end
+    -- together); else the index says.
+    if live_count(lock) ~= granted then
+      local _, earliest = first_holder(lock)
+      first = earliest
     end
-    wake(keys.queue, queue[1][1],
-      'w:' .. earliest .. ':' .. #queue .. ':' .. cjson.encode(holders[1][2]), wake_ttl)
+    if first then
+      wake(lock, head[1], 'w:' .. int(first[2].exp) .. ':' .. int(lock.length) .. ':' .. first[3], wake_ttl)
+    end
   end
   return granted
+end
+
+-- Gives the keys written their expiry: the holders hash and the leases set expire together at
+-- the latest lease (so Redis removes the lock when its last holder's lease ends); the queue and
+-- its entries at least QUEUE_SLACK_MS after the latest entry written (never earlier than
+-- before: other entries may live longer); the history HISTORY_TTL_MS after its last change,
+-- trimmed to its last HISTORY_CAP entries.
+local function settle(lock)
+  local key = lock.key
+  if lock.history_written then
+    local over = lock.history_count - HISTORY_CAP
+    if over > 0 then
+      redis.call('ZREM', key.history, unpack(redis.call('ZRANGE', key.history, 0, over - 1)))
+      lock.history_count = HISTORY_CAP
+    end
+    redis.call('PEXPIRE', key.history, HISTORY_TTL_MS)
+  end
+  if lock.holders_changed then
+    local last = redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')
+    if last[2] then
+      redis.call('PEXPIREAT', key.holders, last[2])
+      redis.call('PEXPIREAT', key.leases, last[2])
+    end
+  end
+  if lock.queue_until then
+    local left = redis.call('PTTL', key.queue)
+    if left == -1 or (left >= 0 and lock.now + left < lock.queue_until) then
+      local at = int(lock.queue_until + QUEUE_SLACK_MS)
+      redis.call('PEXPIREAT', key.queue, at)
+      redis.call('PEXPIREAT', key.waiters, at)
+    end
+  end
 end

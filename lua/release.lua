@@ -1,70 +1,100 @@
--- release: give the lock up, by token ('token'), whoever holds it ('force'), or leave the queue
--- as a waiter that stops waiting ('leave', which also gives back a lock handed over meanwhile).
+-- release: give the lock up, by token ('token'), whoever holds it ('force'), or give up a token
+-- ('leave': a waiter that stops waiting, or a caller that stopped waiting for an acquisition's
+-- reply). 'leave' leaves the queue, gives back whatever the token holds (a lock handed over
+-- meanwhile, or taken by the request given up on), and marks the token cancelled for
+-- `mark_ttl_ms`, so that a request of that token still on its way takes nothing when it runs.
 -- A token holding the lock more than once (re-entered by nested invocations) only counts down.
 -- With a minimum hold (run --min-hold), a token release of a lock held for less than min_hold
 -- keeps it until since + min_hold instead, so a late duplicate still finds it taken.
 -- Then, while the queue's head is admitted, the lock is handed to it (see the prelude).
--- KEYS[1] holders hash, KEYS[2] fence counter, KEYS[3] queue hash, KEYS[4] the caller's wake list
--- ARGV[1] op, ARGV[2] token, ARGV[3] min_hold_ms, ARGV[4] waiter id, ARGV[5] grant_ms,
--- ARGV[6] wake list ttl_ms
+-- History: a hold that ends is marked released (with the `exit` status or `signal` the holder
+-- reports, if any), forced, or given back. A token that holds nothing but names the `fence` it
+-- held (a `run` whose lease was lost) marks that entry lost, unless it already ended; either
+-- way the exit status is recorded there.
 -- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, {3, holds_left}
 -- still held by outer invocations, 0 the token holds nothing (nothing changed); for 'force':
 -- {now_ms, holder_json...} of the evicted holders; for 'leave': 1.
-local keys = {holders = KEYS[1], fence = KEYS[2], queue = KEYS[3], wake = KEYS[4]}
-local op, token, min_hold, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local grant, wake_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
-
-local refused, lock = read_lock(keys, {wake = op == 'leave'})
+local refused, key, arg = inputs(
+  {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
+  {'op', 'token', 'min_hold_ms', 'waiter', 'grant_ms', 'wake_ttl_ms', 'mark_ttl_ms', 'held_fence',
+   'exit', 'signal'})
 if refused then return refused end
-local now, holders, stale_holders = lock.now, lock.holders, lock.stale_holders
-local queue, stale_queue = lock.queue, lock.stale_queue
+local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms), arg.waiter
+local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
+
+local lock
+refused, lock = open_lock(key, {wake = op == 'leave', acl = lock_writes(key)})
+if refused then return refused end
+local now = lock.now
 
 local mine
-for i, holder in ipairs(holders) do
-  if holder[1] == token and token ~= '' then mine = i end
-end
-if op == 'token' and mine == nil then return 0 end
-
--- From here on, writes.
-if #stale_holders > 0 then redis.call('HDEL', keys.holders, unpack(stale_holders)) end
-if #stale_queue > 0 then redis.call('HDEL', keys.queue, unpack(stale_queue)) end
-
-local reply = 1
-if op == 'force' then
-  reply = {now}
-  for _, holder in ipairs(holders) do
-    reply[#reply + 1] = cjson.encode(holder[2])
-    redis.call('HDEL', keys.holders, holder[1])
+refused, mine = holder_of(lock, token)
+if refused then return refused end
+if op == 'token' and mine == nil then
+  if arg.held_fence ~= '' then
+    -- From here on, writes (to the history only).
+    history_change(lock, arg.held_fence, function(entry)
+      if not entry.ended then entry.ended, entry.outcome = now, 'lost' end
+      entry.exit = entry.exit or tonumber(arg.exit)
+      entry.signal = entry.signal or tonumber(arg.signal)
+    end)
+    settle(lock)
   end
-  holders = {}
-elseif op == 'leave' then
-  for i, entry in ipairs(queue) do
-    if entry[1] == waiter then
-      redis.call('HDEL', keys.queue, waiter)
-      table.remove(queue, i)
-      break
+  return 0
+end
+-- The head of the queue gets any room made: an entry there that is not redlock's refuses now.
+refused = peek_head(lock)
+if refused then return refused end
+
+-- 'force' reports every live holder it evicts: all their records are read (and checked)
+-- before the first write, in chunks (unpack takes a few thousand values at most).
+local evicted = {now}
+if op == 'force' and live_count(lock) > 0 then
+  local tokens = redis.call('ZRANGEBYSCORE', key.leases, '(' .. int(now), '+inf')
+  for i = 1, #tokens, 1000 do
+    local values = redis.call('HMGET', key.holders, unpack(tokens, i, math.min(i + 999, #tokens)))
+    for j = 1, #values do
+      -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
+      if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
+      if values[j] then evicted[#evicted + 1] = values[j] end
     end
   end
-  redis.call('DEL', keys.wake)
+end
+
+-- From here on, writes.
+begin_writes(lock)
+local reply = 1
+if op == 'force' then
+  redis.call('DEL', key.holders, key.leases)
+  lock.live, lock.exclusive, lock.first, lock.holders_changed = 0, false, nil, false
+  for i = 2, #evicted do
+    history_change(lock, decode(evicted[i]).fence, ended(now, 'forced'))
+  end
+  reply = evicted
+elseif op == 'leave' then
+  redis.call('SET', key.cancel, '1', 'PX', arg.mark_ttl_ms)
+  remove_entry(lock, waiter)
+  redis.call('DEL', key.wake)
 end
 if mine and op ~= 'force' then
-  local record = holders[mine][2]
-  local keep_until = record.since + min_hold
-  if op == 'token' and (record.count or 1) > 1 then
-    record.count = record.count - 1
-    redis.call('HSET', keys.holders, token, cjson.encode(record))
-    reply = {3, record.count}
+  local keep_until = mine.since + min_hold
+  if op == 'token' and (mine.count or 1) > 1 then
+    mine.count = mine.count - 1
+    put_holder(lock, token, mine, false)
+    reply = {3, mine.count}
   elseif op == 'token' and keep_until > now then
-    record.exp, record.ttl = keep_until, keep_until - now
-    redis.call('HSET', keys.holders, token, cjson.encode(record))
+    -- The hold is over; the lock stays taken until the minimum hold has passed.
+    mine.exp, mine.ttl = keep_until, keep_until - now
+    put_holder(lock, token, mine, false)
+    history_change(lock, mine.fence, ended(now, 'released', arg.exit, arg.signal))
     reply = {2, keep_until - now}
   else
-    redis.call('HDEL', keys.holders, token)
-    table.remove(holders, mine)
+    remove_holder(lock, token, mine)
+    local how = op == 'token' and 'released' or 'given back'
+    history_change(lock, mine.fence, ended(now, how, arg.exit, arg.signal))
   end
 end
 
-hand_off(keys, holders, queue, now, grant, wake_ttl, nil)
-expire_by_latest(keys.holders, holders, now)
-expire_by_latest(keys.queue, queue, now)
+hand_off(lock, nil, grant, wake_ttl)
+settle(lock)
 return reply

@@ -22,7 +22,24 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "REDLOCK_PASSWORD",
         "Redis password; overrides one in the URL, --password-file overrides it",
     ),
+    (
+        "REDLOCK_SENTINEL_PASSWORD",
+        "the sentinels' password, for redis+sentinel:// URLs",
+    ),
     ("REDLOCK_PREFIX", "key prefix, when --prefix is not given"),
+    ("REDLOCK_NOTE", "--note, when not given"),
+    ("REDLOCK_LOG_FORMAT", "--log-format, when not given"),
+    ("REDLOCK_TLS_CA", "--tls-ca, when not given"),
+    ("REDLOCK_TLS_CERT", "--tls-cert, when not given"),
+    ("REDLOCK_TLS_KEY", "--tls-key, when not given"),
+    (
+        "REDLOCK_TLS_SERVER_NAME",
+        "--tls-server-name, when not given",
+    ),
+    (
+        "REDLOCK_TLS_INSECURE",
+        "--tls-insecure when set to 1, true or yes",
+    ),
     (
         "REDLOCK_TOKEN",
         "token for release and extend, when --token is not given",
@@ -55,19 +72,38 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
 /// The text after `--help`: environment, exit status and examples.
 fn after_long_help() -> String {
     let mut text = String::from("Environment:\n");
-    for (name, meaning) in ENVIRONMENT {
-        text.push_str(&format!("  {name:<18}{meaning}\n"));
-    }
+    text.push_str(&two_columns(ENVIRONMENT));
     text.push_str("\nExit status:\n");
-    for (code, meaning) in crate::exit::TABLE {
-        text.push_str(&format!("  {code:<6}{meaning}\n"));
-    }
+    text.push_str(&two_columns(crate::exit::TABLE));
     text.push_str("\nExamples:");
     for (what, commands) in EXAMPLES {
         text.push_str(&format!("\n  {what}\n"));
         for command in *commands {
             text.push_str(&format!("    {command}\n"));
         }
+    }
+    text
+}
+
+/// Rows of `  NAME  meaning`, the meanings aligned and wrapped at 80 columns under themselves
+/// (clap would wrap them back to the margin).
+fn two_columns(rows: &[(&str, &str)]) -> String {
+    let indent = 2 + rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
+    let mut text = String::new();
+    for (name, meaning) in rows {
+        let mut line = format!("  {name:<width$}", width = indent - 2);
+        for word in meaning.split(' ') {
+            if line.len() > indent && line.len() + 1 + word.len() > 80 {
+                text.push_str(line.trim_end());
+                text.push('\n');
+                line = " ".repeat(indent);
+            } else if line.len() > indent {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        text.push_str(&line);
+        text.push('\n');
     }
     text
 }
@@ -99,15 +135,19 @@ pub struct Cli {
 pub struct Global {
     /// Redis server URL [default: $REDIS_URL, else redis://127.0.0.1:6379]
     ///
-    /// redis://[user[:password]@]host[:port][/db] or unix:///path/to/socket. A password in the URL
-    /// works but is visible in the process list; prefer REDLOCK_PASSWORD or --password-file.
-    /// Passwords are never printed.
+    /// redis://[user[:password]@]host[:port][/db], rediss://... for TLS, or unix:///path/to/socket.
+    /// Sentinel: redis+sentinel://host:port[,host:port...]/SERVICE (the sentinels' addresses;
+    /// their own password in REDLOCK_SENTINEL_PASSWORD, their user as ?sentinel_user=NAME).
+    /// Cluster: redis+cluster://host:port[,host:port...] (seed nodes). Both take rediss+...
+    /// for TLS. A password in the URL works but is visible in the process list; prefer
+    /// REDLOCK_PASSWORD or --password-file. Passwords are never printed.
     #[arg(
         long,
         global = true,
         value_name = "URL",
         env = "REDLOCK_URL",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = "Connection"
     )]
     pub redis: Option<String>,
 
@@ -115,7 +155,7 @@ pub struct Global {
     ///
     /// Overrides REDLOCK_PASSWORD and a password in the URL. The file should be readable by its
     /// owner only; redlock warns otherwise.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH", help_heading = "Connection")]
     pub password_file: Option<PathBuf>,
 
     /// Prefix of every key redlock writes
@@ -125,17 +165,21 @@ pub struct Global {
         value_name = "PREFIX",
         env = "REDLOCK_PREFIX",
         hide_env_values = true,
-        default_value = crate::keys::DEFAULT_PREFIX
+        default_value = crate::keys::DEFAULT_PREFIX,
+        help_heading = "Connection"
     )]
     pub prefix: String,
 
-    /// Give up connecting to Redis after this long
-    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    /// Give up connecting to Redis after this long (TLS handshake and login included)
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, help_heading = "Connection")]
     pub connect_timeout: Duration,
 
     /// Give up on any single Redis command after this long
-    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse)]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, help_heading = "Connection")]
     pub command_timeout: Duration,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// Print no notices for expected outcomes (busy, not held, free); errors still print
     #[arg(short, long, global = true, conflicts_with = "verbose")]
@@ -144,6 +188,74 @@ pub struct Global {
     /// Log each step to stderr
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+
+    /// Write redlock's own stderr lines as text, or as one JSON object per line
+    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    pub log_format: crate::log::Format,
+}
+
+fn parse_log_format(text: &str) -> Result<crate::log::Format, String> {
+    match text {
+        "text" => Ok(crate::log::Format::Text),
+        "json" => Ok(crate::log::Format::Json),
+        _ => Err("must be text or json".into()),
+    }
+}
+
+/// TLS for rediss:// URLs.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Trust the CAs in this PEM bundle instead of the system's
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_CA",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for servers that require one; needs --tls-key
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_CERT",
+        requires = "tls_key",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert; should be readable by its owner only
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_KEY",
+        requires = "tls_cert",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Verify the server's certificate against NAME instead of the URL's host
+    ///
+    /// For connecting by IP address (or through a tunnel) to a server whose certificate names a
+    /// host.
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "REDLOCK_TLS_SERVER_NAME",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_server_name: Option<String>,
+
+    /// Do not verify the server's certificate at all (development only; redlock warns)
+    ///
+    /// The connection is encrypted but anyone on the path can pose as the server, read the
+    /// password and change what redlock sends.
+    #[arg(long, global = true, env = "REDLOCK_TLS_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), action = ArgAction::SetTrue, help_heading = "TLS (rediss://)")]
+    pub tls_insecure: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,12 +265,18 @@ pub enum Command {
     Release(ReleaseArgs),
     Extend(ExtendArgs),
     Inspect(InspectArgs),
+    History(HistoryArgs),
     List(ListArgs),
+    Doctor(DoctorArgs),
     Completions(CompletionsArgs),
+    Man(ManArgs),
+    #[command(hide = true)]
+    KeepAlive(KeepAliveArgs),
 }
 
 /// Which lock to take, how, and what to do when it is busy (`run` and `acquire`).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Lock")]
 pub struct LockArgs {
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
@@ -190,6 +308,45 @@ pub struct LockArgs {
     /// Exit with CODE instead of 75 when the lock is busy (-E 0 -q: skip quietly)
     #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
     pub conflict_exit_code: u8,
+
+    /// Without a terminal (a CI log), say where the wait stands this often (0: only when it
+    /// starts)
+    ///
+    /// The line names the holder, how long it has held the lock, the place in the queue and the
+    /// time left of --wait. On a terminal one line is redrawn in place instead.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = Every::parse)]
+    pub progress_every: Every,
+
+    /// Count the lock as taken, and each renewal as done, only once N replicas acknowledged
+    /// them (Redis WAIT)
+    ///
+    /// Without it a failover can promote a replica the acquisition never reached, and a second
+    /// holder takes the lock there. With it, an acquisition too few replicas acknowledged is
+    /// given back and fails (exit 69); under `run`, a renewal too few acknowledged counts as
+    /// failed. WAIT narrows the window, it does not close it: see the README on failover.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub replicas: Option<u32>,
+
+    /// Why this holds the lock, shown by inspect, list, history and to waiters [default: the CI
+    /// job's URL]
+    ///
+    /// At most 500 bytes, no control characters. Under GitHub Actions, GitLab CI, Jenkins or
+    /// Buildkite the default is the URL of the job (run) from the environment they set.
+    #[arg(long, value_name = "TEXT", env = "REDLOCK_NOTE")]
+    pub note: Option<String>,
+}
+
+/// A period, or `0` for never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Every(pub Option<Duration>);
+
+impl Every {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "0" | "0s" => Ok(Self(None)),
+            other => duration::parse(other).map(|period| Self(Some(period))),
+        }
+    }
 }
 
 /// Run a command while holding a lock; exit 75 if someone else holds it
@@ -206,29 +363,30 @@ pub struct LockArgs {
 /// the command gets SIGKILL too (Linux parent-death signal).
 ///
 /// The command sees REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE (the fencing token),
-/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD is removed from its environment.
+/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD and REDLOCK_SENTINEL_PASSWORD are removed
+/// from its environment.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub lock: LockArgs,
 
     /// Lease, renewed while the command runs; how long the lock outlives a crashed host
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub ttl: Duration,
 
     /// Renew the lease this often [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
     pub renew_every: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL when stopping the command [default: 10s]
     ///
     /// When the lock is being lost the grace is shortened if needed, so that the command is
     /// dead before the lease can lapse.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
     pub kill_after: Option<Duration>,
 
     /// Stop the command (SIGTERM, grace, SIGKILL) after this long and exit 124
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
     pub max_runtime: Option<Duration>,
 
     /// Keep the lock until this long after acquisition, even if the command ends sooner
@@ -236,7 +394,7 @@ pub struct RunArgs {
     /// The same cron entry firing moments later on a host with a skewed clock then finds the
     /// lock taken and skips, instead of running the job twice. Measured on the Redis server's
     /// clock.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
     pub min_hold: Option<Duration>,
 
     /// Run STRING with `sh -c` instead of a command given as arguments
@@ -244,19 +402,22 @@ pub struct RunArgs {
         short = 'c',
         long = "shell-command",
         value_name = "STRING",
-        conflicts_with = "command"
+        conflicts_with = "command",
+        help_heading = "Command"
     )]
     pub shell_command: Option<String>,
 
     /// The command and its arguments, run directly without a shell
+    ///
+    /// The command starts at `--` or at the first word that does not begin with `-`; an
+    /// unknown option before it is a usage error, not the command.
     #[arg(
         value_name = "COMMAND",
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..,
         required_unless_present = "shell_command",
         value_parser = clap::value_parser!(std::ffi::OsString)
-    )]
+    , help_heading = "Command")]
     pub command: Vec<std::ffi::OsString>,
 }
 
@@ -276,6 +437,44 @@ pub struct AcquireArgs {
     /// Print a JSON object instead of the bare token
     #[arg(long)]
     pub json: bool,
+
+    /// Keep renewing the lease in the background until `release`, for steps that run in
+    /// separate shells (CI steps, make recipes)
+    ///
+    /// A small background process renews the lease every ttl/3 until the lock is released with
+    /// its token, until the process --while-pid names exits (then it releases the lock), or
+    /// until --max-hold has passed (then it stops renewing, and the lease runs out). If it dies,
+    /// the lease runs out as usual.
+    #[arg(long)]
+    pub keep_alive: bool,
+
+    /// With --keep-alive: release the lock when this process exits
+    #[arg(long, value_name = "PID", requires = "keep_alive")]
+    pub while_pid: Option<u32>,
+
+    /// With --keep-alive: stop renewing this long after acquisition
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, requires = "keep_alive")]
+    pub max_hold: Duration,
+}
+
+/// The background keeper of `acquire --keep-alive` (not for direct use; the token comes in
+/// REDLOCK_TOKEN)
+#[derive(Debug, Args)]
+pub struct KeepAliveArgs {
+    #[arg(long, value_name = "NAME")]
+    pub key: String,
+
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub ttl: Duration,
+
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub max_hold: Duration,
+
+    #[arg(long, value_name = "PID")]
+    pub while_pid: Option<u32>,
+
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<u32>,
 }
 
 /// Release a lock held by a token, or --force it free
@@ -304,6 +503,10 @@ pub struct ReleaseArgs {
     /// Remove the lock whoever holds it, and print who that was
     #[arg(long)]
     pub force: bool,
+
+    /// Record how the work under the lock ended, for `redlock history` (e.g. `$?` in a trap)
+    #[arg(long, value_name = "CODE", conflicts_with = "force", value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub exit_status: Option<i32>,
 }
 
 /// Renew the lease of a lock you hold; exit 1 if the token no longer holds it
@@ -323,6 +526,10 @@ pub struct ExtendArgs {
     /// New lease, counted from now
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
+
+    /// Count the renewal as done only once N replicas acknowledged it (exit 69 otherwise)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub replicas: Option<u32>,
 }
 
 /// Show who holds a lock, since when, and for how much longer; exit 1 if it is free
@@ -331,6 +538,24 @@ pub struct ExtendArgs {
 /// and fencing token, and the last fencing token issued for the name.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    /// Print JSON (documented in the README) instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Show a lock's last holds: who, when, how long, and how each ended
+///
+/// The history keeps the last 100 holds of each lock for 30 days after the last one: fence,
+/// holder (host, pid, user, command, note), start, end, and the outcome: released (with the
+/// command's exit status under `run`, or `release --exit-status`), expired (the lease ran out
+/// first: the holder crashed or was cut off), forced (release --force), lost (`run` found its
+/// lease gone) or given back. Newest first; exit 1 if the lock has no history.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
     pub key: String,
@@ -350,6 +575,19 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+/// Check what the Redis server does to the safety of locks; exit 1 if anything is unsafe
+///
+/// Reads what the user may see (INFO, CONFIG GET, ROLE, and the ACL through a script) and says,
+/// one line per subject, what is safe and what is not: the server's version and role,
+/// replication, the eviction policy, persistence, and whether the user may run every command
+/// redlock needs on its keys. Changes nothing.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print a JSON array of {check, verdict, detail} instead
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Print a shell completion script to stdout
 ///
 /// e.g. `redlock completions bash > /etc/bash_completion.d/redlock`
@@ -358,4 +596,19 @@ pub struct CompletionsArgs {
     /// Shell to generate for
     #[arg(value_enum)]
     pub shell: Shell,
+}
+
+/// Print a manual page, or install them all
+///
+/// `redlock man run | man -l -` reads one; `sudo redlock man --install /usr/local/share/man`
+/// puts every page where `man` finds it.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print (default: the overview)
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+
+    /// Write every page into DIR/man1 instead (e.g. /usr/local/share/man)
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub install: Option<PathBuf>,
 }

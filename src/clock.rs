@@ -9,36 +9,36 @@ use nix::time::{ClockId, clock_gettime};
 
 /// Longest single sleep: after a suspend, every wait wakes within this long and re-reads the
 /// clock, since the sleeps themselves (`recv_timeout`) run on a clock that stops in suspend.
-pub const MAX_NAP: Duration = Duration::from_millis(250);
+pub(crate) const MAX_NAP: Duration = Duration::from_millis(250);
 
 /// A point in time on `CLOCK_BOOTTIME`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BootInstant(Duration);
+pub(crate) struct BootInstant(Duration);
 
 impl BootInstant {
-    pub fn now() -> Self {
+    pub(crate) fn now() -> Self {
         let now = clock_gettime(ClockId::CLOCK_BOOTTIME)
             .expect("CLOCK_BOOTTIME is available on every supported Linux");
         Self(Duration::from(now))
     }
 
     /// Time from `earlier` to `self`, zero if `earlier` is later.
-    pub fn since(self, earlier: Self) -> Duration {
+    pub(crate) fn since(self, earlier: Self) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
 
     /// Time from now until `self`, zero if it has passed.
-    pub fn remaining(self) -> Duration {
+    pub(crate) fn remaining(self) -> Duration {
         self.since(Self::now())
     }
 
     /// `self - duration`, not before the clock's zero.
-    pub fn minus(self, duration: Duration) -> Self {
+    pub(crate) fn minus(self, duration: Duration) -> Self {
         Self(self.0.saturating_sub(duration))
     }
 
     /// How long to sleep towards `self`: the time left, capped at [`MAX_NAP`].
-    pub fn nap(self) -> Duration {
+    pub(crate) fn nap(self) -> Duration {
         self.remaining().min(MAX_NAP)
     }
 }

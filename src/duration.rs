@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 /// The longest duration any flag accepts.
-pub const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Parses a duration flag value; the error is one line suitable after `invalid value`.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty duration; use e.g. 30s, 10m or 1h".into());
@@ -73,7 +73,7 @@ fn refuse_ambiguous_units(text: &str) -> Result<(), String> {
 }
 
 /// Short human form: `850ms`, `4.2s`, `3m 12s`, `2h 5m`.
-pub fn display(duration: Duration) -> String {
+pub(crate) fn display(duration: Duration) -> String {
     let ms = duration.as_millis();
     if ms < 1000 {
         format!("{ms}ms")

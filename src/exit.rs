@@ -11,7 +11,7 @@ use std::fmt;
 pub enum Failure {
     /// `release` / `extend`: the lock is not held by the given token (expired, released, taken).
     NotHeld,
-    /// `inspect`: the lock is free.
+    /// `inspect`: the lock is free; `history`: the lock has none.
     Free,
     /// Bad flags, keys, durations, tokens, or a key name that collides with non-redlock data.
     Usage,
@@ -29,12 +29,21 @@ pub enum Failure {
     NotExecutable,
     /// `run`: the command was not found.
     NotFound,
+    /// The system refused a resource redlock needs (a thread, a pipe, a process).
+    System,
+    /// The output could not be written (stdout closed, or a pipe whose reader is gone).
+    Output,
+    /// `doctor`: something about the server makes locks unsafe.
+    Unsafe,
 }
 
 impl Failure {
     /// Expected outcomes a script branches on; `-q` silences their messages.
     pub fn is_expected(self) -> bool {
-        matches!(self, Failure::NotHeld | Failure::Free | Failure::Busy)
+        matches!(
+            self,
+            Failure::NotHeld | Failure::Free | Failure::Busy | Failure::Unsafe
+        )
     }
 }
 
@@ -44,6 +53,8 @@ pub const NOT_HELD: u8 = 1;
 pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
+pub const SYSTEM: u8 = 71;
+pub const OUTPUT: u8 = 74;
 pub const BUSY: u8 = 75;
 pub const AUTH: u8 = 77;
 pub const MAX_RUNTIME: u8 = 124;
@@ -59,7 +70,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "1",
-        "release, extend: not held by that token (nothing changed); inspect: free",
+        "release, extend: not held by that token (nothing changed); inspect: free; history: none; doctor: something is unsafe",
     ),
     (
         "64",
@@ -67,9 +78,17 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "69",
-        "Redis unavailable: connection refused or timed out, or the server is not a master",
+        "Redis unavailable: connection refused or timed out, the server is not a master, or too few replicas acknowledged (--replicas)",
     ),
-    ("70", "internal error"),
+    ("70", "internal error: a bug in redlock (please report it)"),
+    (
+        "71",
+        "the system refused a thread, pipe or process redlock needs",
+    ),
+    (
+        "74",
+        "the output could not be written (acquire gives the lock back)",
+    ),
     (
         "75",
         "lock busy (-E/--conflict-exit-code changes this code)",
@@ -91,7 +110,7 @@ pub const TABLE: &[(&str, &str)] = &[
 /// The exit code of each outcome: the one table (README, man page and tests follow it).
 pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
     match failure {
-        Failure::NotHeld | Failure::Free => NOT_HELD,
+        Failure::NotHeld | Failure::Free | Failure::Unsafe => NOT_HELD,
         Failure::Usage => USAGE,
         Failure::Unavailable => UNAVAILABLE,
         Failure::Busy => busy_code,
@@ -100,6 +119,8 @@ pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
         Failure::Lost => LOST,
         Failure::NotExecutable => NOT_EXECUTABLE,
         Failure::NotFound => NOT_FOUND,
+        Failure::System => SYSTEM,
+        Failure::Output => OUTPUT,
     }
 }
 
@@ -155,11 +176,43 @@ pub fn failure_of(err: &anyhow::Error) -> Option<Failure> {
         .map(|failed| failed.failure)
 }
 
-/// An error message tagged with the outcome it stands for.
+/// The first [`Hint`] attached anywhere in the error chain.
+pub fn hint_of(err: &anyhow::Error) -> Option<Hint> {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<Failed>())
+        .and_then(|failed| failed.hint)
+}
+
+/// An error message tagged with the outcome it stands for, and what the user can do about it.
 #[derive(Debug)]
 pub struct Failed {
     pub failure: Failure,
     pub message: String,
+    pub hint: Option<Hint>,
+    /// A request was sent and no reply came (a timeout, a dropped connection): it may still
+    /// take effect.
+    pub no_reply: bool,
+}
+
+/// What a user can do about an error; the command-line layer words it (naming its flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// The server needs a password and got none.
+    GivePassword,
+    /// The server is a replica: point redlock at the master.
+    UseMaster,
+    /// A lock key holds data redlock did not write: choose another name or prefix.
+    OtherName,
+    /// TLS options were given for a plaintext URL.
+    UseTls,
+    /// The server's certificate comes from a CA that is not trusted: name the CA bundle.
+    TrustCa,
+    /// The server's certificate does not carry the host's name: name the one it carries.
+    ServerName,
+    /// The server requires a client certificate.
+    ClientCert,
+    /// The sentinels refused the credentials: they have their own.
+    SentinelPassword,
 }
 
 impl fmt::Display for Failed {
@@ -170,11 +223,45 @@ impl fmt::Display for Failed {
 
 impl std::error::Error for Failed {}
 
+/// The error for a resource the system refused (a thread, a pipe, a signal descriptor).
+pub(crate) fn system(what: &str, err: std::io::Error) -> anyhow::Error {
+    fail(Failure::System, format!("could not create {what}: {err}"))
+}
+
 /// Builds an `anyhow::Error` that exits with the code of `failure`.
 pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Failed {
         failure,
         message: message.into(),
+        hint: None,
+        no_reply: false,
+    })
+}
+
+/// Unavailable (69): a request was sent and no reply came, so it may still take effect.
+pub(crate) fn fail_no_reply(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failed {
+        failure: Failure::Unavailable,
+        message: message.into(),
+        hint: None,
+        no_reply: true,
+    })
+}
+
+/// Whether `err` is a request that was sent and never answered (see [`fail_no_reply`]).
+pub(crate) fn no_reply(err: &anyhow::Error) -> bool {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<Failed>())
+        .is_some_and(|failed| failed.no_reply)
+}
+
+/// Like [`fail`], with a hint the command line words for the user.
+pub fn fail_with(failure: Failure, message: impl Into<String>, hint: Hint) -> anyhow::Error {
+    anyhow::Error::new(Failed {
+        failure,
+        message: message.into(),
+        hint: Some(hint),
+        no_reply: false,
     })
 }
 
@@ -190,6 +277,8 @@ mod tests {
             USAGE,
             UNAVAILABLE,
             INTERNAL,
+            SYSTEM,
+            OUTPUT,
             BUSY,
             AUTH,
             MAX_RUNTIME,

@@ -11,7 +11,7 @@ use crate::exit::{Failure, fail};
 pub const MAX_NAME_LEN: usize = 512;
 /// Longest accepted prefix, in bytes.
 pub const MAX_PREFIX_LEN: usize = 128;
-/// Prefix used when `--prefix` is not given.
+/// The prefix of every key unless the caller chooses another.
 pub const DEFAULT_PREFIX: &str = "redlock:";
 
 /// A validated lock name: non-empty, at most 512 bytes, no control characters.
@@ -22,13 +22,13 @@ impl LockName {
     pub fn new(name: &str) -> anyhow::Result<Self> {
         let shown = name.escape_debug();
         if name.is_empty() {
-            return Err(fail(Failure::Usage, "--key: the lock name is empty"));
+            return Err(fail(Failure::Usage, "the lock name is empty"));
         }
         if name.len() > MAX_NAME_LEN {
             return Err(fail(
                 Failure::Usage,
                 format!(
-                    "--key: the lock name is {} bytes long; the limit is {MAX_NAME_LEN}",
+                    "the lock name is {} bytes long; the limit is {MAX_NAME_LEN}",
                     name.len()
                 ),
             ));
@@ -36,7 +36,7 @@ impl LockName {
         if name.chars().any(char::is_control) {
             return Err(fail(
                 Failure::Usage,
-                format!("--key \"{shown}\": control characters are not allowed in lock names"),
+                format!("\"{shown}\": control characters are not allowed in lock names"),
             ));
         }
         Ok(Self(name.to_owned()))
@@ -65,10 +65,14 @@ impl Prefix {
         match why {
             Some(why) => Err(fail(
                 Failure::Usage,
-                format!("--prefix \"{}\": {why}", prefix.escape_debug()),
+                format!("\"{}\": {why}", prefix.escape_debug()),
             )),
             None => Ok(Self(prefix.to_owned())),
         }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 
     /// The keys of lock `name` under this prefix.
@@ -76,8 +80,11 @@ impl Prefix {
         let base = format!("{}{{{}}}", self.0, encode_tag(name.as_str()));
         LockKeys {
             holders: format!("{base}:holders"),
+            leases: format!("{base}:leases"),
             fence: format!("{base}:fence"),
             queue: format!("{base}:queue"),
+            waiters: format!("{base}:waiters"),
+            history: format!("{base}:history"),
             base,
         }
     }
@@ -105,15 +112,23 @@ impl Prefix {
     }
 }
 
-/// The Redis keys of one lock; all share the hash tag.
+/// The Redis keys of one lock; all share the hash tag (layout: `lua/README.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    /// Hash: one field per holder token, value = holder metadata (JSON); PEXPIRE = latest expiry.
+    /// Hash: one field per holder token, value = holder record (JSON).
     pub holders: String,
+    /// Sorted set: holder token by lease expiry (server ms); expires with `holders`, at the
+    /// latest lease.
+    pub leases: String,
     /// Counter bumped by every acquisition; the one key that never expires.
     pub fence: String,
-    /// Hash: one field per waiter id, value = queue entry (JSON); PEXPIRE = latest entry expiry.
+    /// Sorted set: waiter id by arrival (a sequence number).
     pub queue: String,
+    /// Hash: one field per waiter id, value = queue entry (JSON); expires with `queue`.
+    pub waiters: String,
+    /// Sorted set: one entry (JSON) per hold, scored by its fence; the last 100, kept for 30
+    /// days after the last change.
+    pub history: String,
     base: String,
 }
 
@@ -121,6 +136,11 @@ impl LockKeys {
     /// The list a waiter blocks on until a script wakes it.
     pub fn wake(&self, waiter_id: &str) -> String {
         format!("{}:wake:{waiter_id}", self.base)
+    }
+
+    /// The mark that cancels the requests of `token` still on their way (`lua/README.md`).
+    pub fn cancel(&self, token: &str) -> String {
+        format!("{}:cancel:{token}", self.base)
     }
 }
 
@@ -176,7 +196,10 @@ mod tests {
                 key[open + 1..close].to_owned()
             };
             assert!(!tag(&keys.holders).is_empty(), "{raw}");
-            assert_eq!(tag(&keys.holders), tag(&keys.fence), "{raw}");
+            for other in [&keys.leases, &keys.fence, &keys.queue, &keys.waiters] {
+                assert_eq!(tag(&keys.holders), tag(other), "{raw}");
+            }
+            assert_eq!(tag(&keys.holders), tag(&keys.wake("0123")), "{raw}");
             assert_eq!(prefix().name_of_holders_key(&keys.holders), Some(name));
         }
     }

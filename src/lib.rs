@@ -1,64 +1,127 @@
 //! redlock: mutual exclusion for shell scripts, cron jobs and CI pipelines, backed by Redis.
 //!
-//! The library holds the lock engine ([`lock`], with its Lua scripts and key layout) and the
-//! command-line front end ([`cli`], `cmd`). The engine knows nothing of clap; the front end
-//! knows nothing of Lua. [`run`] is the whole program: parse, dispatch, map to an exit code.
+//! [`run`] is the whole program: parse, dispatch, map the outcome to an exit code. The lock
+//! engine knows nothing of clap; the command-line front end knows nothing of Lua. The engine's
+//! core (`lock`, `conn`, `keys`) is public: the integration tests drive it directly.
+//!
+//! Front end:
+//! - `cli`: the command line as clap derive types; doc comments are the help text.
+//! - `cmd`: one module per subcommand; resolves the global options into a connection target.
+//! - `exit`: outcomes that have their own exit code, and the one table of codes.
+//! - `log`: redlock's lines on stderr (one write each), and `printable` for foreign text.
+//! - `duration`: duration flags (bare seconds or humantime, bounded).
+//!
+//! Engine:
+//! - `lock`: acquire, extend, release, inspect, list one lock: arguments in, replies decoded;
+//!   `scripts` compiles in the Lua scripts of `lua/` (EVALSHA, EVAL after a cache flush);
+//!   `keys` names the Redis keys of a lock under one hash tag.
+//! - `doctor`: what a server's configuration does to the safety of locks.
+//! - `conn`: reaching Redis: URL, password, timeouts, errors classified by outcome.
+//! - `waiting`: taking a lock, re-entering it, or waiting in its FIFO queue (a state machine).
+//! - `supervisor`: running the command under the lock: renewals, signals, self-fencing,
+//!   release (a state machine); `schedule` derives its deadlines, `child` starts and reaps
+//!   the command.
+//! - `keep`: renewing the lease of a lock taken by `acquire --keep-alive`, in the background.
+//! - `inbox`: the main thread's one wait for signals and for the replies of worker threads,
+//!   which make every Redis request; `signals` says which signals are handled and what the
+//!   command inherits; `clock` keeps deadlines on a suspend-aware monotonic clock.
 
 mod child;
 pub mod cli;
-pub mod clock;
+mod clock;
 mod cmd;
 pub mod conn;
-pub mod duration;
-mod events;
+mod doctor;
+mod duration;
 pub mod exit;
-pub mod keeper;
+mod inbox;
+mod keep;
 pub mod keys;
 pub mod lock;
 pub mod log;
+mod schedule;
 mod scripts;
 mod signals;
-pub mod supervisor;
-pub mod waiting;
+mod supervisor;
+mod waiting;
 
 use std::ffi::OsString;
 
+use clap::Parser as _;
 use clap::error::ErrorKind;
-use clap::{CommandFactory as _, FromArgMatches as _};
 
 pub use cli::Cli;
+pub use signals::Inherited;
 
-/// Runs redlock with `args` (program name first) and returns its exit status.
-pub fn run(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> u8 {
-    let cli = match parse(args) {
+/// Runs redlock with `args` (program name first) and returns its exit status. `inherited` is
+/// the signal state redlock was started with (see `main.rs`).
+pub fn run(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    inherited: Inherited,
+) -> u8 {
+    // A panic is a bug in redlock: one line and exit 70, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|at| format!(" at {}:{}", at.file(), at.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|text| (*text).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::line(format_args!(
+            "internal error (a bug in redlock; please report it): {message}{location}"
+        ));
+    }));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_parsed(args, inherited)))
+        .unwrap_or(exit::INTERNAL)
+}
+
+fn run_parsed(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    inherited: Inherited,
+) -> u8 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(err) => return report_parse_error(&err),
+        Err(err) => {
+            // The line that says what was wrong takes the format asked for, if it can be told.
+            let json_asked = args
+                .windows(2)
+                .any(|pair| pair[0] == "--log-format" && pair[1] == "json")
+                || args.iter().any(|arg| arg == "--log-format=json")
+                || std::env::var_os("REDLOCK_LOG_FORMAT").is_some_and(|format| format == "json");
+            if json_asked {
+                log::set_format(log::Format::Json);
+            }
+            return report_parse_error(&err);
+        }
     };
+    log::set_format(cli.global.log_format);
     let quiet = cli.global.quiet;
     let busy_code = match &cli.command {
         cli::Command::Acquire(args) => args.lock.conflict_exit_code,
         cli::Command::Run(args) => args.lock.conflict_exit_code,
         _ => exit::BUSY,
     };
-    match cmd::dispatch(cli) {
+    match cmd::dispatch(cli, inherited) {
         Ok(done) => done.code(busy_code),
         Err(err) => {
             let expected = exit::failure_of(&err).is_some_and(exit::Failure::is_expected);
             if !(quiet && expected) {
-                log::line(format_args!("{err:#}"));
+                let hint = exit::hint_of(&err)
+                    .map(|hint| format!("; {}", cmd::hint_text(hint)))
+                    .unwrap_or_default();
+                log::error(
+                    format_args!("{err:#}{hint}"),
+                    exit::exit_code(&err, busy_code),
+                );
             }
             exit::exit_code(&err, busy_code)
         }
     }
-}
-
-/// `Cli::try_parse_from`, without freeing clap's command tree afterwards: that took a tenth of
-/// the instructions of a whole `run -- true` (callgrind), and the process is short-lived or
-/// keeps the few kilobytes for the command's run.
-fn parse(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Result<Cli, clap::Error> {
-    let command = Box::leak(Box::new(Cli::command()));
-    let matches = command.try_get_matches_from_mut(args)?;
-    Cli::from_arg_matches(&matches).map_err(|err| err.format(command))
 }
 
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.
@@ -84,12 +147,20 @@ fn report_parse_error(err: &clap::Error) -> u8 {
                 .collect::<Vec<_>>()
                 .join(" ");
             let what = what.trim_start_matches("error: ");
-            let tip = rendered
+            // A similar flag ("did you mean") is the likelier fix than passing the word on.
+            let mut tips: Vec<&str> = rendered
                 .lines()
-                .find_map(|line| line.trim().strip_prefix("tip: "))
+                .filter_map(|line| line.trim().strip_prefix("tip: "))
+                .collect();
+            tips.sort_by_key(|tip| !tip.contains("similar"));
+            let tip = tips
+                .first()
                 .map(|tip| format!(" (tip: {tip})"))
                 .unwrap_or_default();
-            log::line(format_args!("{what}{tip}; see 'redlock --help'"));
+            log::error(
+                format_args!("{what}{tip}; see 'redlock --help'"),
+                exit::USAGE,
+            );
             exit::USAGE
         }
     }

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::conn::Session;
 use crate::exit::{Failure, fail, failure_of};
 use crate::keys::{LockKeys, LockName, Prefix};
-use crate::scripts;
+use crate::scripts::{
+    self, AcquireInputs, DoctorInputs, ExtendInputs, HistoryInputs, InspectInputs, RefreshInputs,
+    ReleaseInputs, arg,
+};
 
 /// The secret that proves a holder owns its lock: a UUID v4 (122 random bits from the OS), as
 /// 32 hex digits.
@@ -56,6 +59,9 @@ pub struct Identity {
     /// The supervised command line, or `acquire` for a bare acquisition.
     #[serde(rename(deserialize = "cmd"))]
     pub command: String,
+    /// Why it holds the lock, in the holder's words (`--note`, or the CI job's URL).
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 impl Identity {
@@ -82,6 +88,7 @@ impl Identity {
             pid: std::process::id(),
             user,
             command,
+            note: None,
         }
     }
 }
@@ -163,6 +170,26 @@ pub struct Request<'a> {
     pub who: &'a Identity,
     /// The token already holds the lock (a nested invocation): count one more hold.
     pub reenter: bool,
+    /// Replicas that must acknowledge an acquisition, or it is given back and fails.
+    pub replicas: Option<Replicas>,
+}
+
+/// How many replicas must acknowledge a write (`WAIT`), and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    pub count: u32,
+    pub timeout: Duration,
+}
+
+impl Replicas {
+    /// `count` replicas, waited for at most half of `request_timeout` and at most a second:
+    /// the rest of the request's time is for its round trip. `WAIT 0` would wait forever.
+    pub fn within(count: u32, request_timeout: Duration) -> Self {
+        Self {
+            count,
+            timeout: (request_timeout / 2).clamp(Duration::from_millis(1), Duration::from_secs(1)),
+        }
+    }
 }
 
 /// One holder as stored in Redis. Times are the server's clock, in milliseconds.
@@ -176,6 +203,8 @@ pub struct Holder {
     /// Holds by this token: more than 1 when nested invocations re-entered the lock.
     #[serde(default = "one")]
     pub count: u32,
+    /// Stored as a string (Lua's numbers print 14 significant digits); read either way.
+    #[serde(deserialize_with = "number_or_string")]
     pub fence: u64,
     #[serde(flatten)]
     pub who: Identity,
@@ -201,16 +230,48 @@ fn one() -> u32 {
     1
 }
 
+/// A u64 written as a JSON number or as a string of digits.
+fn number_or_string<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Number(u64),
+        Text(String),
+    }
+    match Either::deserialize(deserializer)? {
+        Either::Number(n) => Ok(n),
+        Either::Text(text) => text.parse().map_err(serde::de::Error::custom),
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
     serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
 }
 
-/// How long a queue entry lives unless its waiter refreshes it (every third of this).
-pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(30);
+/// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
+/// `acquire` with [`Queueing::Stay`]) within a third of this after its last call, and sooner
+/// when an `acquire` reply's `hint` says so. A waiter that died stays in the queue this long at
+/// most; reaching the head before that, it costs the queue one [`GRANT`].
+///
+/// Each refresh costs Redis a script call and a BLPOP ended and begun again: every 40 s,
+/// 10,000 idle waiters cost it 3.0–3.5 % of a core with [`Lock::refresh`], 3.4–4.8 % with
+/// `acquire` (two runs of benches/queue_scale.py --idle-simulation; docs/queue-scale.md).
+pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(120);
+
+/// Live holders `inspect` reads at most (earliest lease end first); [`LockState::holder_count`]
+/// counts them all.
+pub const INSPECT_HOLDERS: usize = 1000;
+/// Waiters `inspect` reads at most, from the head of the queue;
+/// [`LockState::queue_length`] counts them all.
+pub const INSPECT_WAITERS: usize = 100;
 /// The lease a waiter is handed the lock with: `run` starts on it and its first renewal
 /// extends it, `acquire` claims the full lease at once. A dead waiter's turn costs the queue at
 /// most this long.
 pub const GRANT: Duration = Duration::from_secs(2);
+
+/// How long the mark of a token given up lives: far longer than a request can sit in a stalled
+/// server's buffers before it runs, and short enough to leave nothing behind for long.
+pub const CANCEL_MARK_TTL: Duration = Duration::from_secs(300);
 
 /// How long a wake-up waits in a waiter's list; a live waiter takes it within milliseconds,
 /// so this only bounds what a dead waiter leaves behind.
@@ -323,6 +384,8 @@ pub enum Acquisition {
     Gone,
     /// `reenter`, and the token does not hold the lock (any more).
     NotHeldByToken,
+    /// The token was given up (see [`Lock::leave`]): nothing was taken.
+    Cancelled,
 }
 
 /// A lock's state at one instant of the server's clock.
@@ -333,10 +396,33 @@ pub struct LockState {
     pub now: u64,
     /// The last fencing token handed out for this name, if any ever was.
     pub last_fence: Option<u64>,
-    /// Live holders, oldest first.
+    /// Live holders, oldest first: all of them, or the [`INSPECT_HOLDERS`] whose leases end
+    /// first.
     pub holders: Vec<Holder>,
-    /// Live waiters, in queue order.
+    /// How many holders are live (more than `holders.len()` when not all were read).
+    pub holder_count: usize,
+    /// Live waiters, in queue order, from the head: at most [`INSPECT_WAITERS`].
     pub waiters: Vec<Queued>,
+    /// Entries in the queue. A waiter that died counts until its entry reaches the head, so
+    /// this can exceed the live waiters even when `waiters` shows them all.
+    pub queue_length: usize,
+    /// The latest hold that is over (ended, or expired), from the history.
+    pub last_run: Option<HistoryEntry>,
+}
+
+/// A waiter's place after [`Lock::refresh`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// Still queued, at `position` (from 1) of `length`; `now` is the server's time (Unix ms).
+    Queued {
+        now: u64,
+        position: usize,
+        length: usize,
+    },
+    /// Not queued any more: the lock was handed over (the grant is on the wake list; an
+    /// `acquire` with [`Queueing::Stay`] claims it) or the entry expired (that call says
+    /// [`Acquisition::Gone`]).
+    NotQueued { now: u64 },
 }
 
 /// One lock under a prefix.
@@ -365,6 +451,7 @@ impl Lock {
             mode,
             who,
             reenter,
+            replicas,
         } = *request;
         let ttl_ms = millis(ttl)?;
         let (waiter_id, queued_only) = match queueing {
@@ -372,37 +459,67 @@ impl Lock {
             Queueing::Join(waiter) => (waiter.id.as_str(), false),
             Queueing::Stay(waiter) => (waiter.id.as_str(), true),
         };
-        let reply: Vec<redis::Value> = session.run(|con| {
-            scripts::ACQUIRE
-                .key(&self.keys.holders)
-                .key(&self.keys.fence)
-                .key(&self.keys.queue)
-                .key(self.keys.wake(waiter_id))
-                .arg(token.as_str())
-                .arg(ttl_ms)
-                .arg(mode.name())
-                .arg(mode.limit())
-                .arg(&who.host)
-                .arg(who.pid)
-                .arg(&who.user)
-                .arg(&who.command)
-                .arg(waiter_id)
-                .arg(if queued_only { "1" } else { "0" })
-                .arg(QUEUE_ENTRY_TTL.as_millis() as u64)
-                .arg(GRANT.as_millis() as u64)
-                .arg(WAKE_TTL.as_millis() as u64)
-                .arg(if reenter { "1" } else { "0" })
-                .invoke(con)
+        let keys = &self.keys;
+        let (reply, acknowledged): (Vec<redis::Value>, _) = session.run(|con| {
+            let inputs = AcquireInputs {
+                holders: arg(&keys.holders),
+                leases: arg(&keys.leases),
+                fence: arg(&keys.fence),
+                queue: arg(&keys.queue),
+                waiters: arg(&keys.waiters),
+                wake: arg(keys.wake(waiter_id)),
+                cancel: arg(keys.cancel(token.as_str())),
+                history: arg(&keys.history),
+                token: arg(token.as_str()),
+                ttl_ms: arg(ttl_ms),
+                mode: arg(mode.name()),
+                limit: arg(mode.limit()),
+                host: arg(&who.host),
+                pid: arg(who.pid),
+                user: arg(&who.user),
+                command: arg(&who.command),
+                note: arg(who.note.as_deref().unwrap_or("")),
+                waiter: arg(waiter_id),
+                stay: arg(flag(queued_only)),
+                entry_ttl_ms: arg(ms(QUEUE_ENTRY_TTL)),
+                grant_ms: arg(ms(GRANT)),
+                wake_ttl_ms: arg(ms(WAKE_TTL)),
+                reenter: arg(flag(reenter)),
+            };
+            match replicas {
+                Some(replicas) => scripts::ACQUIRE
+                    .call_and_wait(con, inputs, replicas.count, ms(replicas.timeout))
+                    .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
+                None => scripts::ACQUIRE
+                    .call(con, inputs)
+                    .map(|reply| (reply, None)),
+            }
         })?;
         let mut reply = reply.into_iter();
         let mut next = || reply.next().unwrap_or(redis::Value::Nil);
         let status: i64 = redis::from_redis_value(next())?;
         match status {
-            1 => Ok(Acquisition::Acquired(Lease {
-                token: token.clone(),
-                fence: redis::from_redis_value(next())?,
-                ttl,
-            })),
+            1 => {
+                let lease = Lease {
+                    token: token.clone(),
+                    fence: redis::from_redis_value::<String>(next())?.parse()?,
+                    ttl,
+                };
+                if let (Some(replicas), Some(acknowledged)) = (replicas, acknowledged) {
+                    // Not (known to be) on enough replicas: a failover could lose it. Given
+                    // back at once.
+                    let err = match acknowledged {
+                        Ok(count) if count >= replicas.count => {
+                            return Ok(Acquisition::Acquired(lease));
+                        }
+                        Ok(count) => unacknowledged("the lock", count, replicas),
+                        Err(err) => session.explain(&err).context("WAIT for replicas failed"),
+                    };
+                    self.release(session, token, Duration::ZERO, &Ending::default())?;
+                    return Err(err.context("the lock was taken and given back"));
+                }
+                Ok(Acquisition::Acquired(lease))
+            }
             0 => {
                 let now = redis::from_redis_value(next())?;
                 let holder: Option<String> = redis::from_redis_value(next())?;
@@ -415,11 +532,15 @@ impl Lock {
                 })
             }
             -1 => Ok(Acquisition::Gone),
+            -3 => Ok(Acquisition::Cancelled),
             _ => Ok(Acquisition::NotHeldByToken),
         }
     }
 
-    /// Leaves the queue, giving back a lock handed over in the meantime.
+    /// Gives up `waiter`'s token: leaves the queue, gives back whatever the token holds (a lock
+    /// handed over meanwhile, or taken by a request whose reply never came), and marks the token
+    /// so that a request of it still on its way to Redis takes nothing when it runs, whichever
+    /// comes first. The mark lives [`CANCEL_MARK_TTL`].
     pub fn leave(&self, session: &mut Session, waiter: &Waiter) -> anyhow::Result<()> {
         self.release_script(
             session,
@@ -427,8 +548,64 @@ impl Lock {
             Some(&waiter.token),
             Duration::ZERO,
             &waiter.id,
+            &Ending::default(),
         )
         .map(drop)
+    }
+
+    /// The commands redlock needs (lua/doctor.lua lists them) that the user may not run on
+    /// this lock's keys; `None` when the server cannot tell (before Redis 7).
+    pub(crate) fn denied_commands(
+        &self,
+        session: &mut Session,
+    ) -> anyhow::Result<Option<Vec<String>>> {
+        let reply: Vec<redis::Value> = session.run(|con| {
+            scripts::DOCTOR.call(
+                con,
+                DoctorInputs {
+                    sample: arg(&self.keys.holders),
+                    script_sha: arg(scripts::ACQUIRE.sha()),
+                },
+            )
+        })?;
+        let mut reply = reply.into_iter();
+        let checked: i64 = redis::from_redis_value(reply.next().unwrap_or(redis::Value::Nil))?;
+        if checked == 0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            reply
+                .map(redis::from_redis_value::<String>)
+                .collect::<Result<_, _>>()?,
+        ))
+    }
+
+    /// Keeps `waiter`'s queue entry alive for another [`QUEUE_ENTRY_TTL`], without reading the
+    /// rest of the queue or the holders: the cheap call for a waiter that has nothing to look
+    /// at, only a place to keep.
+    pub fn refresh(&self, session: &mut Session, waiter: &Waiter) -> anyhow::Result<Refreshed> {
+        let keys = &self.keys;
+        let reply: Vec<u64> = session.run(|con| {
+            scripts::REFRESH.call(
+                con,
+                RefreshInputs {
+                    queue: arg(&keys.queue),
+                    waiters: arg(&keys.waiters),
+                    waiter: arg(&waiter.id),
+                    entry_ttl_ms: arg(ms(QUEUE_ENTRY_TTL)),
+                },
+            )
+        })?;
+        let size = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+        Ok(match reply[..] {
+            [1, now, position, length] => Refreshed::Queued {
+                now,
+                position: size(position),
+                length: size(length),
+            },
+            [_, now, ..] => Refreshed::NotQueued { now },
+            _ => anyhow::bail!("unexpected reply from the refresh script: {reply:?}"),
+        })
     }
 
     /// Blocks until a script wakes `waiter` or `timeout` passes; `None` if nothing came.
@@ -454,34 +631,58 @@ impl Lock {
     }
 
     /// Resets the lease of `token` to `ttl`. `false`: the token holds nothing (nothing changed).
+    /// With `replicas`, a renewal fewer replicas acknowledged is an error (unavailable): it
+    /// confirms nothing.
     pub fn extend(
         &self,
         session: &mut Session,
         token: &Token,
         ttl: Duration,
+        replicas: Option<Replicas>,
     ) -> anyhow::Result<bool> {
         let ttl_ms = millis(ttl)?;
-        let (extended, _now): (i64, u64) = session.run(|con| {
-            scripts::EXTEND
-                .key(&self.keys.holders)
-                .arg(token.as_str())
-                .arg(ttl_ms)
-                .invoke(con)
+        let keys = &self.keys;
+        let ((extended, _now), acknowledged): ((i64, u64), _) = session.run(|con| {
+            let inputs = ExtendInputs {
+                holders: arg(&keys.holders),
+                leases: arg(&keys.leases),
+                history: arg(&keys.history),
+                token: arg(token.as_str()),
+                ttl_ms: arg(ttl_ms),
+            };
+            match replicas {
+                Some(replicas) => scripts::EXTEND
+                    .call_and_wait(con, inputs, replicas.count, ms(replicas.timeout))
+                    .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
+                None => scripts::EXTEND.call(con, inputs).map(|reply| (reply, None)),
+            }
         })?;
+        if let (Some(replicas), Some(acknowledged)) = (replicas, acknowledged)
+            && extended == 1
+        {
+            match acknowledged {
+                Ok(count) if count >= replicas.count => {}
+                Ok(count) => return Err(unacknowledged("the renewal", count, replicas)),
+                Err(err) => {
+                    return Err(session.explain(&err).context("WAIT for replicas failed"));
+                }
+            }
+        }
         Ok(extended == 1)
     }
 
     /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
     /// since its acquisition is kept until then instead (and expires by itself). A released
-    /// lock goes to the head of the queue.
+    /// lock goes to the head of the queue. `ending` goes into the history.
     pub fn release(
         &self,
         session: &mut Session,
         token: &Token,
         min_hold: Duration,
+        ending: &Ending,
     ) -> anyhow::Result<Release> {
         Ok(
-            match self.release_script(session, "token", Some(token), min_hold, "")? {
+            match self.release_script(session, "token", Some(token), min_hold, "", ending)? {
                 redis::Value::Int(1) => Release::Released,
                 redis::Value::Int(0) => Release::NotHeld,
                 other => match redis::from_redis_value::<(i64, u64)>(other)? {
@@ -500,6 +701,7 @@ impl Lock {
             None,
             Duration::ZERO,
             "",
+            &Ending::default(),
         )?)?;
         let (now, holders) = reply
             .split_first()
@@ -518,34 +720,71 @@ impl Lock {
         token: Option<&Token>,
         min_hold: Duration,
         waiter_id: &str,
+        ending: &Ending,
     ) -> anyhow::Result<redis::Value> {
         let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
+        let keys = &self.keys;
         session.run(|con| {
-            scripts::RELEASE
-                .key(&self.keys.holders)
-                .key(&self.keys.fence)
-                .key(&self.keys.queue)
-                .key(self.keys.wake(waiter_id))
-                .arg(op)
-                .arg(token.map_or("", Token::as_str))
-                .arg(min_hold_ms)
-                .arg(waiter_id)
-                .arg(GRANT.as_millis() as u64)
-                .arg(WAKE_TTL.as_millis() as u64)
-                .invoke(con)
+            let inputs = ReleaseInputs {
+                holders: arg(&keys.holders),
+                leases: arg(&keys.leases),
+                fence: arg(&keys.fence),
+                queue: arg(&keys.queue),
+                waiters: arg(&keys.waiters),
+                wake: arg(keys.wake(waiter_id)),
+                cancel: arg(keys.cancel(token.map_or("", Token::as_str))),
+                history: arg(&keys.history),
+                op: arg(op),
+                token: arg(token.map_or("", Token::as_str)),
+                min_hold_ms: arg(min_hold_ms),
+                waiter: arg(waiter_id),
+                grant_ms: arg(ms(GRANT)),
+                wake_ttl_ms: arg(ms(WAKE_TTL)),
+                mark_ttl_ms: arg(ms(CANCEL_MARK_TTL)),
+                held_fence: arg(ending
+                    .held_fence
+                    .map_or(String::new(), |fence| fence.to_string())),
+                exit: arg(ending.exit.map_or(String::new(), |code| code.to_string())),
+                signal: arg(ending
+                    .signal
+                    .map_or(String::new(), |signal| signal.to_string())),
+            };
+            // Giving a token up must take effect even if nobody waits for the reply.
+            if op == "leave" {
+                scripts::RELEASE.call_whole(con, inputs)
+            } else {
+                scripts::RELEASE.call(con, inputs)
+            }
         })
     }
 
     /// Reads the lock's state without changing it.
     pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
-        let (now, last_fence, holders, waiters): (u64, Option<u64>, Vec<String>, Vec<String>) =
-            session.run(|con| {
-                scripts::INSPECT
-                    .key(&self.keys.holders)
-                    .key(&self.keys.fence)
-                    .key(&self.keys.queue)
-                    .invoke(con)
-            })?;
+        let keys = &self.keys;
+        #[allow(clippy::type_complexity)]
+        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run): (
+            u64,
+            Option<u64>,
+            Vec<String>,
+            Vec<String>,
+            usize,
+            usize,
+            Option<String>,
+        ) = session.run(|con| {
+            scripts::INSPECT.call(
+                con,
+                InspectInputs {
+                    holders: arg(&keys.holders),
+                    leases: arg(&keys.leases),
+                    fence: arg(&keys.fence),
+                    queue: arg(&keys.queue),
+                    waiters: arg(&keys.waiters),
+                    history: arg(&keys.history),
+                    max_holders: arg(INSPECT_HOLDERS),
+                    max_waiters: arg(INSPECT_WAITERS),
+                },
+            )
+        })?;
         let mut holders = holders
             .iter()
             .map(|json| decode::<Holder>(json))
@@ -560,8 +799,83 @@ impl Lock {
             now,
             last_fence,
             holders,
+            holder_count,
             waiters,
+            queue_length,
+            last_run: last_run.map(|json| decode(&json)).transpose()?,
         })
+    }
+
+    /// The lock's history, oldest hold first, and the server's time of the reading.
+    pub fn history(&self, session: &mut Session) -> anyhow::Result<(u64, Vec<HistoryEntry>)> {
+        let reply: Vec<String> = session.run(|con| {
+            scripts::HISTORY.call(
+                con,
+                HistoryInputs {
+                    history: arg(&self.keys.history),
+                },
+            )
+        })?;
+        let (now, entries) = reply
+            .split_first()
+            .ok_or_else(|| anyhow::anyhow!("empty reply from history"))?;
+        let entries = entries
+            .iter()
+            .map(|json| decode(json))
+            .collect::<anyhow::Result<_>>()?;
+        Ok((now.parse()?, entries))
+    }
+}
+
+/// What a holder reports when it gives the lock up, for the history: the fence it held (so a
+/// lock it lost is marked as such), and how its command ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ending {
+    pub held_fence: Option<u64>,
+    pub exit: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// One hold in a lock's history. Times are the server's clock, in Unix milliseconds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HistoryEntry {
+    #[serde(deserialize_with = "number_or_string")]
+    pub fence: u64,
+    pub mode: String,
+    #[serde(default)]
+    pub limit: u32,
+    #[serde(flatten)]
+    pub who: Identity,
+    pub since: u64,
+    /// The lease's end as last set (by the acquisition or a renewal).
+    pub exp: u64,
+    /// When the hold ended, if it did before its lease ran out.
+    #[serde(default)]
+    pub ended: Option<u64>,
+    /// `released`, `forced`, `given back` or `lost` (with `ended`).
+    #[serde(default)]
+    pub outcome: Option<String>,
+    #[serde(default)]
+    pub exit: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+}
+
+impl HistoryEntry {
+    /// How the hold stands at server time `now`: its outcome, `expired` when its lease ran out
+    /// first, or `holding`.
+    pub fn status(&self, now: u64) -> &str {
+        match (&self.outcome, self.ended) {
+            (Some(outcome), _) => outcome,
+            (None, Some(_)) => "ended",
+            (None, None) if self.exp <= now => "expired",
+            (None, None) => "holding",
+        }
+    }
+
+    /// When the hold ended: given, or the lease's end once that has passed.
+    pub fn end(&self, now: u64) -> Option<u64> {
+        self.ended.or((self.exp <= now).then_some(self.exp))
     }
 }
 
@@ -573,10 +887,40 @@ pub struct Listing {
     pub skipped: Vec<(String, anyhow::Error)>,
 }
 
-/// Every held lock under `prefix`, by name. Uses SCAN, never KEYS.
-pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Listing> {
-    let pattern = prefix.holders_pattern();
+/// Every held lock under `prefix`, by name, on every master of a Cluster. Uses SCAN, never
+/// KEYS.
+pub fn list(session: Session, prefix: &Prefix) -> anyhow::Result<Listing> {
+    let mut masters = session.masters()?;
     let mut names = BTreeMap::new();
+    for master in &mut masters {
+        scan_holders(master, prefix, &mut names)?;
+    }
+    // Each lock is read by a script, on whichever master serves it (redirected there).
+    let session = &mut masters[0];
+    let mut listing = Listing::default();
+    for (key, name) in names {
+        match Lock::new(prefix, name).inspect(session) {
+            Ok(state) if state.holder_count == 0 => {}
+            Ok(state) => listing.locks.push(state),
+            Err(err) if failure_of(&err) == Some(Failure::Usage) => {
+                listing.skipped.push((key, err));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    listing
+        .locks
+        .sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+    Ok(listing)
+}
+
+/// Adds the holders keys under `prefix` of one server to `names`.
+fn scan_holders(
+    session: &mut Session,
+    prefix: &Prefix,
+    names: &mut BTreeMap<String, LockName>,
+) -> anyhow::Result<()> {
+    let pattern = prefix.holders_pattern();
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = session.run(|con| {
@@ -599,25 +943,32 @@ pub fn list(session: &mut Session, prefix: &Prefix) -> anyhow::Result<Listing> {
             }
         }
         if next == 0 {
-            break;
+            return Ok(());
         }
         cursor = next;
     }
-    let mut listing = Listing::default();
-    for (key, name) in names {
-        match Lock::new(prefix, name).inspect(session) {
-            Ok(state) if state.holders.is_empty() => {}
-            Ok(state) => listing.locks.push(state),
-            Err(err) if failure_of(&err) == Some(Failure::Usage) => {
-                listing.skipped.push((key, err));
-            }
-            Err(err) => return Err(err),
-        }
-    }
-    listing
-        .locks
-        .sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
-    Ok(listing)
+}
+
+/// A constant duration in ms, for a script.
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A yes/no script argument.
+fn flag(set: bool) -> &'static str {
+    if set { "1" } else { "0" }
+}
+
+/// The error for a write too few replicas acknowledged.
+fn unacknowledged(what: &str, acknowledged: u32, replicas: Replicas) -> anyhow::Error {
+    fail(
+        Failure::Unavailable,
+        format!(
+            "only {acknowledged} of the {} replicas asked for acknowledged {what} within {}",
+            replicas.count,
+            crate::duration::display(replicas.timeout)
+        ),
+    )
 }
 
 fn millis(duration: Duration) -> anyhow::Result<u64> {

@@ -1,40 +1,174 @@
-//! redlock's own messages on stderr, always prefixed `redlock: `. Notices (busy, lost, signal
-//! notes, warnings) are silenced by `-q`; step-by-step logs appear only with `-v`.
+//! redlock's own messages on stderr: `redlock: ` lines, or with `--log-format json` one JSON
+//! object per line (README, "Machine-readable output": `time`, `level`, `message`, `key`,
+//! `pid`, and `exit` on the last line of a failed run). Notices (busy, lost, signal notes,
+//! warnings) are silenced by `-q`; step-by-step logs appear only with `-v`.
+//!
+//! Each line goes out in one `write`, so that lines from parallel jobs sharing one CI log do
+//! not interleave; a closed stderr is no reason to stop, least of all to panic while holding a
+//! lock (`eprintln!` would), so a line that cannot be written is dropped. Text that came from
+//! Redis or from another user (lock names, holders' commands) passes through [`printable`]
+//! first, so that it cannot drive the reader's terminal.
+
+#![allow(unsafe_code)]
 
 use std::fmt::Display;
 use std::io::Write as _;
+use std::sync::OnceLock;
+
+/// How lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The format for the whole process, set once by the command line.
+static FORMAT: OnceLock<Format> = OnceLock::new();
+/// The lock this process works on, once known: a field of every JSON line.
+static KEY: OnceLock<String> = OnceLock::new();
+
+/// Sets the format of every line from now on.
+pub(crate) fn set_format(format: Format) {
+    let _ = FORMAT.set(format);
+}
+
+/// Names the lock in every JSON line from now on.
+pub(crate) fn set_key(key: &str) {
+    let _ = KEY.set(key.to_owned());
+}
+
+/// Whether lines are JSON (then nothing is redrawn in place).
+pub(crate) fn json() -> bool {
+    FORMAT.get() == Some(&Format::Json)
+}
+
+/// The level of a line.
+#[derive(Debug, Clone, Copy)]
+enum Level {
+    Info,
+    Notice,
+    Warning,
+    Error,
+}
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Log {
-    pub quiet: bool,
-    pub verbose: bool,
+pub(crate) struct Log {
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
 }
 
 impl Log {
     /// Something the user should know about; silenced by `-q`.
-    pub fn notice(&self, message: impl Display) {
+    pub(crate) fn notice(&self, message: impl Display) {
         if !self.quiet {
             line(message);
         }
     }
 
     /// A warning; silenced by `-q`.
-    pub fn warn(&self, message: impl Display) {
+    pub(crate) fn warn(&self, message: impl Display) {
         if !self.quiet {
-            line(format_args!("warning: {message}"));
+            warning(message);
         }
     }
 
     /// One step, shown with `-v`.
-    pub fn step(&self, message: impl Display) {
+    pub(crate) fn step(&self, message: impl Display) {
         if self.verbose {
-            line(message);
+            emit(Level::Info, &message.to_string(), None);
         }
     }
 }
 
-/// Writes one `redlock: ` line to stderr. A closed stderr is no reason to stop, least of all
-/// to panic while holding a lock (`eprintln!` would): the line is dropped.
-pub fn line(message: impl Display) {
-    let _ = writeln!(std::io::stderr(), "redlock: {message}");
+/// Writes one notice to stderr, in one write.
+pub(crate) fn line(message: impl Display) {
+    emit(Level::Notice, &message.to_string(), None);
+}
+
+/// Writes one warning to stderr (`warning: ` in text).
+pub(crate) fn warning(message: impl Display) {
+    emit(Level::Warning, &message.to_string(), None);
+}
+
+/// Writes the error that ends the run, with the exit status it ends with.
+pub(crate) fn error(message: impl Display, exit: u8) {
+    emit(Level::Error, &message.to_string(), Some(exit));
+}
+
+fn emit(level: Level, message: &str, exit: Option<u8>) {
+    let line = if json() {
+        let mut record = serde_json::json!({
+            "time": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            "level": match level {
+                Level::Info => "info",
+                Level::Notice => "notice",
+                Level::Warning => "warning",
+                Level::Error => "error",
+            },
+            "message": message,
+            "pid": std::process::id(),
+        });
+        if let Some(key) = KEY.get() {
+            record["key"] = serde_json::Value::from(key.as_str());
+        }
+        if let Some(exit) = exit {
+            record["exit"] = serde_json::Value::from(exit);
+        }
+        format!("{record}\n")
+    } else if let Level::Warning = level {
+        format!("redlock: warning: {message}\n")
+    } else {
+        format!("redlock: {message}\n")
+    };
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// Replaces the line the cursor is on (a terminal's status line) with `text`, in one write;
+/// an empty `text` clears it.
+pub(crate) fn redraw(text: &str) {
+    let line = if text.is_empty() {
+        "\r\x1b[K".to_owned()
+    } else {
+        format!("\r\x1b[Kredlock: {text}")
+    };
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The width of the terminal on stderr, if stderr is one.
+pub(crate) fn terminal_width() -> Option<usize> {
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` to the pointer, which points to one.
+    let asked = unsafe { nix::libc::ioctl(2, nix::libc::TIOCGWINSZ, &raw mut size) };
+    (asked == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+}
+
+/// `text` with control characters (ESC, CR, ...) replaced by escapes, so that data read from
+/// Redis cannot drive the terminal.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("a\u{1b}[2Jb\r\n"), "a\\u{1b}[2Jb\\r\\n");
+        assert_eq!(printable("deploy ünïcode"), "deploy ünïcode");
+    }
 }

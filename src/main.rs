@@ -1,39 +1,62 @@
-//! The `redlock` binary: everything lives in the library; main only hands it the arguments and
-//! returns the exit status, so destructors run and no lock is abandoned by `process::exit`.
+//! The `redlock` binary: the library does the work and returns the exit status, so that every
+//! destructor runs and no lock is abandoned by `process::exit`.
 //!
-//! `no_main`: this C `main` skips std's start-up, which on Linux reads /proc/self/maps to find
-//! the main thread's stack guard and sets up an alternate signal stack, a large part of a
-//! start that `run` pays on every invocation (measured; README, "Performance"). What that
-//! start-up did and redlock needs is done here: SIGPIPE ignored (a closed pipe is an error to
-//! handle, not death while holding a lock), the arguments taken from argv (musl gives std no
-//! other way to them), stdout flushed, a panic turned into exit 70 rather than unwinding into C.
-#![no_main]
-#![allow(unsafe_code)]
+//! One thing has to happen before std's start-up, which sets SIGPIPE to "ignored" and opens
+//! /dev/null on any of the standard descriptors that is closed: reading what redlock's caller
+//! handed it. The command `run` starts must begin with the caller's signal dispositions
+//! (`trap '' PIPE` in the calling shell stays in force for the command; an ordinary start gives
+//! it the default), and `acquire` must not take a lock whose token it cannot print; once std
+//! has changed them nothing tells what they were. So a constructor in `.init_array`, which the
+//! C runtime runs before it calls std's start-up, records them.
 
-use std::ffi::{CStr, OsStr, c_char, c_int};
-use std::io::Write as _;
-use std::os::unix::ffi::OsStrExt as _;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use nix::sys::signal::{SigHandler, Signal, signal};
-
-/// musl's allocator returns memory to the kernel eagerly: a `run` made ~90 mmap/munmap calls
-/// with it and 9 with dlmalloc (counted with strace): ~0.6 ms of each run on this VM.
+/// musl's allocator returns memory to the kernel eagerly, with a system call for every small
+/// allocation it frees; dlmalloc keeps it (docs/performance.md has the figures).
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
-#[unsafe(no_mangle)]
-extern "C" fn main(argc: c_int, argv: *const *const c_char) -> c_int {
-    // SAFETY: SIG_IGN installs no handler code, and no other thread exists yet.
-    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
-    let args = (0..usize::try_from(argc).unwrap_or(0)).map(|i| {
-        // SAFETY: the C runtime passes `argc` NUL-terminated strings that live as long as the
-        // process.
-        let arg = unsafe { CStr::from_ptr(*argv.add(i)) };
-        OsStr::from_bytes(arg.to_bytes()).to_owned()
-    });
-    let args = args.collect::<Vec<_>>();
-    let code = std::panic::catch_unwind(|| redlock::run(args)).unwrap_or(redlock::exit::INTERNAL);
-    let _ = std::io::stdout().flush();
-    c_int::from(code)
+fn main() -> ExitCode {
+    // TLS (rediss://) uses ring; chosen here rather than by whichever provider a dependency
+    // happens to enable. Only fails when one is installed already, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let inherited = redlock::Inherited {
+        ignored: IGNORED_AT_START.load(Ordering::Relaxed),
+        stdout_closed: STDOUT_CLOSED_AT_START.load(Ordering::Relaxed),
+    };
+    ExitCode::from(redlock::run(std::env::args_os(), inherited))
+}
+
+/// The signals ignored when the process started: bit N-1 for signal N.
+static IGNORED_AT_START: AtomicU64 = AtomicU64::new(0);
+/// Whether file descriptor 1 was closed when the process started.
+static STDOUT_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: `.init_array` holds pointers to functions the C runtime calls once, before `main`,
+// with no other thread running; this one only reads signal dispositions and a descriptor's
+// flags, and stores what it read.
+#[allow(unsafe_code)]
+#[unsafe(link_section = ".init_array")]
+#[used]
+static RECORD_IGNORED_SIGNALS: extern "C" fn() = record_ignored_signals;
+
+#[allow(unsafe_code)]
+extern "C" fn record_ignored_signals() {
+    let mut ignored = 0u64;
+    for signal in 1..=64 {
+        let mut action = std::mem::MaybeUninit::<nix::libc::sigaction>::uninit();
+        // SAFETY: with a null new action, sigaction only writes the current one to `action`,
+        // which is valid for that write.
+        let read = unsafe { nix::libc::sigaction(signal, std::ptr::null(), action.as_mut_ptr()) };
+        // SAFETY: sigaction succeeded, so it filled `action` in.
+        if read == 0 && unsafe { action.assume_init() }.sa_sigaction == nix::libc::SIG_IGN {
+            ignored |= 1 << (signal - 1);
+        }
+    }
+    IGNORED_AT_START.store(ignored, Ordering::Relaxed);
+    // SAFETY: F_GETFD takes no argument and only reads the descriptor's flags.
+    let stdout_closed = unsafe { nix::libc::fcntl(1, nix::libc::F_GETFD) } == -1;
+    STDOUT_CLOSED_AT_START.store(stdout_closed, Ordering::Relaxed);
 }

@@ -1,16 +1,28 @@
 //! The Lua scripts in `lua/`, compiled in. Every state change of a lock is one of these, run with
 //! EVALSHA; when the server has lost its script cache (`SCRIPT FLUSH`, restart) the call is
 //! repeated once as EVAL, which also caches the script again. The SHA-1 of each script is
-//! computed at compile time: hashing ~10 KiB at every start cost a quarter of the CPU time of
+//! computed at compile time: hashing the scripts at every start was a large part of the CPU time of
 //! an uncontended `redlock run -- true`.
 //! Each script is `lua/prelude.lua` (shared helpers) followed by the script's own file.
+//!
+//! A script's KEYS and ARGV are named, not numbered: each script opens with
+//! `inputs({key names...}, {argument names...})`, and here one struct per script has a field
+//! per name, in the same order ([`inputs!`]). A call fills the struct by name, so a value cannot
+//! land in another's place or be left out without a compile error, and a test checks the
+//! struct's names against the script's.
 
-use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
+use std::marker::PhantomData;
 
-/// One Lua script: its text and the SHA-1 Redis knows it by.
-pub(crate) struct Script {
+use redis::{
+    ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind,
+    ToRedisArgs, Value,
+};
+
+/// One Lua script: its text, the SHA-1 Redis knows it by, and the struct of its inputs.
+pub(crate) struct Script<I> {
     body: &'static str,
     sha: &'static str,
+    inputs: PhantomData<fn(I)>,
 }
 
 macro_rules! script {
@@ -26,65 +38,236 @@ macro_rules! script {
                 Ok(sha) => sha,
                 Err(_) => panic!("hex digits are ASCII"),
             },
+            inputs: PhantomData,
         }
     }};
 }
 
-pub(crate) static ACQUIRE: Script = script!("acquire.lua");
-pub(crate) static EXTEND: Script = script!("extend.lua");
-pub(crate) static RELEASE: Script = script!("release.lua");
-pub(crate) static INSPECT: Script = script!("inspect.lua");
+/// The named inputs of one script: KEYS, then ARGV, each in the script's order.
+pub(crate) trait Inputs {
+    const KEYS: &'static [&'static str];
+    const ARGS: &'static [&'static str];
+    /// KEYS and ARGV, in order.
+    fn into_parts(self) -> (Vec<Arg>, Vec<Arg>);
+}
 
-impl Script {
-    pub(crate) fn key<T: ToRedisArgs>(&'static self, key: T) -> Invocation {
-        let mut invocation = Invocation {
-            script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+/// Declares the inputs struct of a script: a field per key and per argument, in the script's
+/// order.
+macro_rules! inputs {
+    ($(#[$doc:meta])* $name:ident { keys: [$($key:ident),* $(,)?], args: [$($arg:ident),* $(,)?] $(,)? }) => {
+        $(#[$doc])*
+        pub(crate) struct $name {
+            $(pub(crate) $key: Arg,)*
+            $(pub(crate) $arg: Arg,)*
+        }
+
+        impl Inputs for $name {
+            const KEYS: &'static [&'static str] = &[$(stringify!($key)),*];
+            const ARGS: &'static [&'static str] = &[$(stringify!($arg)),*];
+            fn into_parts(self) -> (Vec<Arg>, Vec<Arg>) {
+                (vec![$(self.$key),*], vec![$(self.$arg),*])
+            }
+        }
+    };
+}
+
+inputs! {
+    /// `lua/acquire.lua`.
+    AcquireInputs {
+        keys: [holders, leases, fence, queue, waiters, wake, cancel, history],
+        args: [
+            token, ttl_ms, mode, limit, host, pid, user, command, note, waiter, stay,
+            entry_ttl_ms, grant_ms, wake_ttl_ms, reenter,
+        ],
+    }
+}
+
+inputs! {
+    /// `lua/release.lua`.
+    ReleaseInputs {
+        keys: [holders, leases, fence, queue, waiters, wake, cancel, history],
+        args: [
+            op, token, min_hold_ms, waiter, grant_ms, wake_ttl_ms, mark_ttl_ms, held_fence, exit,
+            signal,
+        ],
+    }
+}
+
+inputs! {
+    /// `lua/extend.lua`.
+    ExtendInputs {
+        keys: [holders, leases, history],
+        args: [token, ttl_ms],
+    }
+}
+
+inputs! {
+    /// `lua/refresh.lua`.
+    RefreshInputs {
+        keys: [queue, waiters],
+        args: [waiter, entry_ttl_ms],
+    }
+}
+
+inputs! {
+    /// `lua/inspect.lua`.
+    InspectInputs {
+        keys: [holders, leases, fence, queue, waiters, history],
+        args: [max_holders, max_waiters],
+    }
+}
+
+inputs! {
+    /// `lua/history.lua`.
+    HistoryInputs {
+        keys: [history],
+        args: [],
+    }
+}
+
+inputs! {
+    /// `lua/doctor.lua`.
+    DoctorInputs {
+        keys: [sample],
+        args: [script_sha],
+    }
+}
+
+pub(crate) static ACQUIRE: Script<AcquireInputs> = script!("acquire.lua");
+pub(crate) static DOCTOR: Script<DoctorInputs> = script!("doctor.lua");
+pub(crate) static EXTEND: Script<ExtendInputs> = script!("extend.lua");
+pub(crate) static RELEASE: Script<ReleaseInputs> = script!("release.lua");
+pub(crate) static REFRESH: Script<RefreshInputs> = script!("refresh.lua");
+pub(crate) static INSPECT: Script<InspectInputs> = script!("inspect.lua");
+pub(crate) static HISTORY: Script<HistoryInputs> = script!("history.lua");
+
+/// One key or argument of a script call.
+pub(crate) struct Arg(Vec<u8>);
+
+/// `value` as one key or argument of a script call.
+pub(crate) fn arg<T: ToRedisArgs>(value: T) -> Arg {
+    let mut parts = value.to_redis_args();
+    debug_assert_eq!(parts.len(), 1, "a script input is one value");
+    Arg(parts.pop().unwrap_or_default())
+}
+
+impl<I: Inputs> Script<I> {
+    /// The SHA-1 Redis knows the script by.
+    pub(crate) fn sha(&self) -> &'static str {
+        self.sha
+    }
+
+    /// EVALSHA with `inputs`, or EVAL once when the server does not have the script.
+    pub(crate) fn call<T: FromRedisValue>(
+        &'static self,
+        con: &mut dyn ConnectionLike,
+        inputs: I,
+    ) -> RedisResult<T> {
+        self.send(con, inputs, false)
+    }
+
+    /// EVAL with `inputs`: the whole script, which runs even on a server that lost its script
+    /// cache. For a request that must take effect even if its reply is never waited for (a
+    /// stalled server would answer a NOSCRIPT that nobody reads, and run nothing).
+    pub(crate) fn call_whole<T: FromRedisValue>(
+        &'static self,
+        con: &mut dyn ConnectionLike,
+        inputs: I,
+    ) -> RedisResult<T> {
+        self.send(con, inputs, true)
+    }
+
+    /// Like [`Self::call`], followed on the same connection, in the same round trip, by `WAIT
+    /// replicas timeout_ms`: the reply, and how many replicas acknowledged the script's writes
+    /// (or why WAIT failed: the script's writes stand even so).
+    pub(crate) fn call_and_wait<T: FromRedisValue>(
+        &'static self,
+        con: &mut dyn ConnectionLike,
+        inputs: I,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> RedisResult<(T, RedisResult<u32>)> {
+        let (keys, args) = inputs.into_parts();
+        let pipeline = |verb: &str, script: &str| {
+            let mut pipeline = redis::pipe();
+            let command = pipeline.cmd(verb).arg(script).arg(keys.len());
+            for part in keys.iter().chain(&args) {
+                command.arg(part.0.as_slice());
+            }
+            pipeline.cmd("WAIT").arg(replicas).arg(timeout_ms);
+            pipeline
         };
-        invocation.key(key);
-        invocation
+        // Each reply keeps its own error (a MOVED or NOSCRIPT must be seen as itself). After a
+        // NOSCRIPT the WAIT ran for nothing: both again, with the whole script.
+        let mut replies = |verb: &str, script: &str| -> RedisResult<(Value, Value)> {
+            let replies: Vec<Value> = pipeline(verb, script).ignore_errors().query(con)?;
+            let mut replies = replies.into_iter();
+            match (replies.next(), replies.next()) {
+                (Some(script), Some(wait)) => Ok((script, wait)),
+                _ => Err(RedisError::from((
+                    ErrorKind::Parse,
+                    "a pipeline of two commands got fewer replies",
+                ))),
+            }
+        };
+        let (script, wait) = match replies("EVALSHA", self.sha)? {
+            (Value::ServerError(err), _) if err.kind() == Some(ServerErrorKind::NoScript) => {
+                replies("EVAL", self.body)?
+            }
+            replies => replies,
+        };
+        let reply = redis::from_redis_value(script.extract_error()?)?;
+        let acknowledged = wait
+            .extract_error()
+            .and_then(|wait| Ok(redis::from_redis_value(wait)?));
+        Ok((reply, acknowledged))
     }
-}
 
-/// A script with its keys and arguments, ready to send.
-pub(crate) struct Invocation {
-    script: &'static Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-}
-
-impl Invocation {
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// EVALSHA, or EVAL once when the server does not have the script.
-    pub(crate) fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
-        match self.command("EVALSHA", self.script.sha).query(con) {
+    fn send<T: FromRedisValue>(
+        &'static self,
+        con: &mut dyn ConnectionLike,
+        inputs: I,
+        whole: bool,
+    ) -> RedisResult<T> {
+        let (keys, args) = inputs.into_parts();
+        debug_assert_eq!((keys.len(), args.len()), (I::KEYS.len(), I::ARGS.len()));
+        let command = |verb: &str, script: &str| {
+            let mut command = redis::cmd(verb);
+            command.arg(script).arg(keys.len());
+            for part in keys.iter().chain(&args) {
+                command.arg(part.0.as_slice());
+            }
+            command
+        };
+        if whole {
+            return command("EVAL", self.body).query(con);
+        }
+        match command("EVALSHA", self.sha).query(con) {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.command("EVAL", self.script.body).query(con)
+                command("EVAL", self.body).query(con)
             }
             result => result,
         }
     }
 
-    fn command(&self, verb: &str, script: &str) -> redis::Cmd {
-        let mut command = redis::cmd(verb);
-        command.arg(script).arg(self.keys.len());
-        for key in &self.keys {
-            command.arg(key.as_slice());
-        }
-        for arg in &self.args {
-            command.arg(arg.as_slice());
-        }
-        command
+    /// The key and argument names the script declares in its `inputs(...)` call.
+    #[cfg(test)]
+    fn declared(&self) -> (Vec<String>, Vec<String>) {
+        let own = &self.body[include_str!("../lua/prelude.lua").len()..];
+        let call = own
+            .split_once("inputs(")
+            .expect("the script names its inputs")
+            .1;
+        let mut lists = call.split('{').skip(1).map(|list| {
+            list.split_once('}')
+                .expect("a closed list")
+                .0
+                .split(',')
+                .map(|name| name.trim().trim_matches('\'').to_owned())
+                .filter(|name| !name.is_empty())
+                .collect::<Vec<_>>()
+        });
+        (lists.next().unwrap(), lists.next().unwrap())
     }
 }
 
@@ -178,6 +361,24 @@ mod tests {
 
     fn hex(data: &str) -> String {
         String::from_utf8(sha1_hex(data.as_bytes()).to_vec()).unwrap()
+    }
+
+    fn assert_names_match<I: Inputs>(script: &Script<I>, file: &str) {
+        let (keys, args) = script.declared();
+        assert_eq!(keys, I::KEYS, "{file}: KEYS");
+        assert_eq!(args, I::ARGS, "{file}: ARGV");
+    }
+
+    /// Rust fills each script's inputs by name; the names and their order are the script's.
+    #[test]
+    fn each_script_takes_the_inputs_rust_names() {
+        assert_names_match(&ACQUIRE, "acquire.lua");
+        assert_names_match(&RELEASE, "release.lua");
+        assert_names_match(&EXTEND, "extend.lua");
+        assert_names_match(&REFRESH, "refresh.lua");
+        assert_names_match(&INSPECT, "inspect.lua");
+        assert_names_match(&HISTORY, "history.lua");
+        assert_names_match(&DOCTOR, "doctor.lua");
     }
 
     /// FIPS 180 test vectors, across the one- and two-block padding cases.

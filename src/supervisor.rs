@@ -1,72 +1,89 @@
 //! `run`'s supervisor: holds the lock while the command runs, and guarantees the order
 //! "command's whole process group dead, then lock released".
 //!
-//! One loop owns all decisions. It reads signals itself (to forward, and SIGCHLD, on which it
-//! reaps the command and any orphan handed to us as subreaper); the keeper thread only reports
-//! renewals into it (see `events`). Deadlines live on `CLOCK_BOOTTIME`:
+//! [`Supervisor`] is a state machine on the main thread with one method per kind of event: a
+//! signal, a renewal's reply, a child's change of state, and the clock. It decides everything:
+//! when to renew (the request itself runs on a worker, see `inbox`), when to stop the command
+//! and how. Deadlines live on `CLOCK_BOOTTIME` (see `schedule`):
 //!
 //! - renewals unconfirmed: SIGTERM the group at the window's `term_at` (`valid_until − margin −
-//!   grace`), SIGKILL at its `kill_at` (`valid_until − margin`), so it is dead before the lease
-//!   can lapse in Redis; exit 125;
+//!   grace`), SIGKILL at its `kill_at` (`valid_until − margin`), so that it is dead before the
+//!   lease can lapse in Redis; exit 125;
 //! - lock gone or taken: the same, starting at once;
-//! - INT/TERM received: forwarded; SIGKILL after `--kill-after`, or at once on a second one;
-//! - `--max-runtime`: SIGTERM, SIGKILL after `--kill-after`; exit 124;
+//! - a signal received: forwarded to the group; after INT or TERM, SIGKILL after the grace, or
+//!   at once on a second one;
+//! - the runtime limit: SIGTERM, SIGKILL after the grace; exit 124;
 //! - command exited but others of its group live on: SIGTERM them, SIGKILL after the grace.
 
 use std::ffi::OsString;
-use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::Pid;
 
-use crate::child;
-use crate::clock::BootInstant;
+use crate::child::{self, Change, Child};
+use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::{Session, Target};
 use crate::duration;
-use crate::events::{Event, Events};
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
-use crate::keeper::{Confirmed, Keeper, Plan, Report, Window};
-use crate::lock::{Lease, Lock, Release};
-use crate::log::Log;
-use crate::signals;
+use crate::inbox::{Inbox, Incoming, Worker};
+use crate::lock::{Ending, Lock, Release, Replicas, Token};
+use crate::log::{Log, printable};
+use crate::schedule::{Confirmed, Plan, Window};
+use crate::signals::{self, Signals};
+use crate::waiting::Held;
 
 /// What to run under the lock.
-pub struct Job {
-    pub argv: Vec<OsString>,
-    pub set_env: Vec<(String, String)>,
-    pub remove_env: Vec<String>,
-    pub plan: Plan,
-    pub max_runtime: Option<Duration>,
-    pub min_hold: Duration,
-    pub foreground: bool,
+pub(crate) struct Job {
+    pub(crate) argv: Vec<OsString>,
+    pub(crate) set_env: Vec<(String, String)>,
+    pub(crate) remove_env: Vec<String>,
+    pub(crate) plan: Plan,
+    pub(crate) max_runtime: Option<Duration>,
+    pub(crate) min_hold: Duration,
+    pub(crate) foreground: bool,
+    /// Replicas that must acknowledge each renewal, or it confirms nothing.
+    pub(crate) replicas: Option<u32>,
 }
 
-/// Runs `job` under a lease just confirmed as `confirmed`; releases the lock after the
-/// command's group is gone and returns how the run ended.
-#[allow(clippy::too_many_arguments)]
-pub fn supervise(
-    events: Events,
-    session: Session,
+/// Processes that outlive SIGKILL this long (uninterruptible I/O) are given up on.
+const SURVIVAL_LIMIT: Duration = Duration::from_secs(5);
+
+/// The longest the final release may take once the lock is lost or a signal asked redlock to
+/// end: Redis was probably unreachable a moment ago, and redlock must end promptly.
+const HASTY_RELEASE: Duration = Duration::from_millis(500);
+
+/// Runs `job` under the lock just `held`; releases the lock after the command's group is gone
+/// and returns how the run ended.
+pub(crate) fn supervise(
+    signals: &Signals,
     target: &Target,
     lock: &Lock,
-    lease: &Lease,
-    confirmed: Confirmed,
+    held: Held,
     job: &Job,
     log: Log,
 ) -> anyhow::Result<Done> {
-    let key = lock.name.as_str().to_owned();
-    let plan = job.plan;
-    let mut window = plan.window(confirmed);
-    // When the window was last confirmed, for the message if renewals stop working.
-    let mut confirmed_at = BootInstant::now();
-    let release = |session: Session, min_hold: Duration| {
-        release_lock(session, target, lock, lease, min_hold, None, log)
+    let Held {
+        lease,
+        confirmed,
+        session,
+        worker,
+    } = held;
+    let inbox = Inbox::new(signals)?;
+    let key = printable(lock.name.as_str());
+    let window = job.plan.window(confirmed);
+    let ending = FinalRelease {
+        inbox: &inbox,
+        lock,
+        target,
+        token: &lease.token,
+        fence: lease.fence,
+        key: &key,
+        log,
+        worker,
     };
 
-    if let Some(signal) = events.pending_signal() {
-        release(session, Duration::ZERO)?;
+    if let Some(signal) = inbox.pending_signal().filter(|s| signals::terminates(*s)) {
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
         log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
@@ -75,356 +92,642 @@ pub fn supervise(
     }
     // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
     if BootInstant::now() >= window.term_at {
-        release(session, Duration::ZERO)?;
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
         return Err(fail(
             Failure::Unavailable,
             format!("lock '{key}' was granted too late to start the command safely; released"),
         ));
     }
 
-    child::report_children()?;
     child::become_subreaper()?;
     let spec = child::Spec {
         argv: &job.argv,
         set_env: &job.set_env,
         remove_env: &job.remove_env,
         foreground: job.foreground,
+        signals: signals.for_command(),
     };
     let child = match child::spawn(&spec) {
         Ok(child) => child,
         Err(err) => {
-            release(session, Duration::ZERO)?;
-            let program = job.argv[0].to_string_lossy();
-            let (failure, why) = match err.kind() {
-                std::io::ErrorKind::NotFound => (Failure::NotFound, "command not found".into()),
-                std::io::ErrorKind::PermissionDenied => {
-                    (Failure::NotExecutable, "permission denied".into())
-                }
-                _ => (Failure::NotExecutable, err.to_string()),
-            };
-            return Err(fail(failure, format!("cannot run '{program}': {why}")));
+            ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
+            return Err(spawn_failure(&job.argv[0], &err));
         }
     };
     let started = BootInstant::now();
     log.step(format_args!("started pid {}", child.pid));
-    // Started shortly before the first renewal is due (see `Keeper`).
-    let keeper_from = window.renew_at.minus(window.renew_at.since(started) / 2);
-    let mut keeper: Option<Keeper> = None;
-    let start_keeper = |window: Window| {
-        let keeper_events = events.reporter();
-        Keeper::start(
-            target.clone(),
-            lock.clone(),
-            lease.token.clone(),
-            plan,
+
+    let mut supervisor = Supervisor {
+        inbox: &inbox,
+        child,
+        job,
+        target,
+        lock,
+        token: &lease.token,
+        key: &key,
+        log,
+        lease: LeaseState::Held {
             window,
-            move |report| {
-                keeper_events.send(Event::Keeper(report));
-            },
-        )
+            confirmed_at: started,
+            trouble: None,
+        },
+        renewal: Renewal::Due(None),
+        renewer: None,
+        stopping: Stopping::No,
+        max_runtime_at: job.max_runtime.map(|limit| started + limit),
+        timed_out: false,
+        signalled: false,
+        stopped: false,
+        exited: None,
     };
-
-    let max_runtime_at = job.max_runtime.map(|limit| started + limit);
-    let mut exited: Option<ChildStatus> = None;
-    // SIGTERM sent (for whatever reason); SIGKILL is due at `kill_at`.
-    let mut stopping = false;
-    let mut lost = false;
-    let mut timed_out = false;
-    let mut kill_at: Option<BootInstant> = None;
-    let mut killed_at: Option<BootInstant> = None;
-    // Processes that outlive SIGKILL this long (uninterruptible I/O) are given up on.
-    const SURVIVAL_LIMIT: Duration = Duration::from_secs(5);
-    let mut survivors = false;
-    let mut trouble: Option<String> = None;
-
-    // Sends SIGTERM (unless already stopping) and schedules SIGKILL no later than `deadline`.
-    let stop = |deadline: BootInstant, stopping: &mut bool, kill_at: &mut Option<BootInstant>| {
-        if !*stopping {
-            child.signal_group(Signal::SIGTERM);
-            *stopping = true;
+    let ended = loop {
+        match inbox.next(supervisor.wake_at()) {
+            Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
+                supervisor.on_signal(signal);
+            }
+            Some(Incoming::Reply(Reply::Renewed { sent, result })) => {
+                supervisor.on_renewed(sent, result);
+            }
+            Some(Incoming::Panicked(panic)) => {
+                supervisor.on_lost(format!("the renewal failed inside redlock ({panic})"));
+            }
+            // SIGCHLD, a late reply, or the clock: reaped and checked below, every turn.
+            Some(Incoming::Signal(_) | Incoming::Reply(Reply::Released(_))) | None => {}
         }
-        *kill_at = Some(kill_at.map_or(deadline, |at| at.min(deadline)));
+        supervisor.reap();
+        if let Some(ended) = supervisor.on_time()? {
+            break ended;
+        }
     };
+    supervisor.finish(ended, session, ending)
+}
 
-    loop {
-        let mut wake = BootInstant::now() + crate::clock::MAX_NAP;
-        if !lost {
-            wake = wake.min(window.term_at);
+/// The error for a command that could not be started, with its exit code.
+fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
+    let program = printable(&program.to_string_lossy());
+    let (failure, why) = match err.kind() {
+        std::io::ErrorKind::NotFound => (Failure::NotFound, "command not found".to_owned()),
+        std::io::ErrorKind::PermissionDenied => {
+            (Failure::NotExecutable, "permission denied".to_owned())
         }
-        // Only deadlines still ahead: one that has passed and been acted on would make this a
-        // busy loop (a command that takes its time to die after SIGTERM, say).
-        if keeper.is_none() && !lost {
-            wake = wake.min(keeper_from);
-        }
-        if let Some(at) = kill_at
-            && killed_at.is_none()
+        // fork itself failed: the system is out of processes or memory.
+        _ if matches!(
+            err.raw_os_error(),
+            Some(nix::libc::EAGAIN | nix::libc::ENOMEM)
+        ) =>
         {
-            wake = wake.min(at);
+            (Failure::System, err.to_string())
         }
-        if let Some(at) = max_runtime_at
-            && !timed_out
-            && exited.is_none()
-        {
-            wake = wake.min(at);
-        }
-        match events.recv_timeout(wake.nap()) {
-            // Reaped below, as on every turn of the loop.
-            Ok(Event::Signal(signal)) if signal == Signal::SIGCHLD as i32 => {}
-            Ok(Event::Signal(signal)) => {
-                let Ok(sig) = Signal::try_from(signal) else {
-                    continue;
-                };
-                log.step(format_args!("forwarding {} to the command", sig.as_str()));
-                child.signal_group(sig);
-                if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
-                    if stopping {
-                        // A second INT/TERM: no more grace.
-                        kill_at = Some(BootInstant::now());
-                    } else {
-                        stopping = true;
-                        kill_at = Some(BootInstant::now() + plan.kill_after);
-                    }
+        _ => (Failure::NotExecutable, err.to_string()),
+    };
+    fail(failure, format!("cannot run '{program}': {why}"))
+}
+
+/// A worker's reply.
+enum Reply {
+    /// A renewal sent at `sent`: whether the token still held the lock.
+    Renewed {
+        sent: BootInstant,
+        result: anyhow::Result<(bool, Session)>,
+    },
+    Released(anyhow::Result<Release>),
+}
+
+/// The lease as the supervisor knows it.
+enum LeaseState {
+    /// Confirmed until `window`; renewals go on.
+    Held {
+        window: Window,
+        /// When the window was last confirmed, for the message if renewals stop working.
+        confirmed_at: BootInstant,
+        /// The last renewal's failure, while renewals fail.
+        trouble: Option<String>,
+    },
+    /// Lost: the command is being stopped, and must be dead by `kill_by`.
+    Lost { kill_by: BootInstant },
+}
+
+/// The next renewal.
+enum Renewal {
+    /// Due at the window's `renew_at`, over this connection (or a fresh one).
+    Due(Option<Session>),
+    /// Due again at this instant after a failure, over a fresh connection.
+    Retry(BootInstant),
+    InFlight,
+}
+
+/// Where stopping the command stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    No,
+    /// SIGTERM (or the signal received) sent; SIGKILL due at `kill_at`.
+    Term {
+        kill_at: BootInstant,
+    },
+    /// SIGKILL sent at `at`.
+    Killed {
+        at: BootInstant,
+    },
+}
+
+/// How the supervision loop ended.
+enum Ended {
+    /// The command's whole group is gone.
+    Gone,
+    /// Processes of the group outlived SIGKILL by [`SURVIVAL_LIMIT`].
+    Survivors,
+}
+
+struct Supervisor<'a> {
+    inbox: &'a Inbox<'a, Reply>,
+    child: Child,
+    job: &'a Job,
+    target: &'a Target,
+    lock: &'a Lock,
+    token: &'a Token,
+    key: &'a str,
+    log: Log,
+    lease: LeaseState,
+    renewal: Renewal,
+    /// Started when the first renewal is due: a short command never pays for the thread.
+    renewer: Option<Worker>,
+    stopping: Stopping,
+    max_runtime_at: Option<BootInstant>,
+    timed_out: bool,
+    /// A terminating signal was received and passed on.
+    signalled: bool,
+    /// The command is stopped (SIGSTOP, SIGTSTP, ...): a signal sent to end it stays pending
+    /// until it is continued.
+    stopped: bool,
+    exited: Option<ChildStatus>,
+}
+
+impl Supervisor<'_> {
+    /// The next instant something is due; the loop wakes then at the latest.
+    fn wake_at(&self) -> BootInstant {
+        let now = BootInstant::now();
+        let mut at = now + MAX_NAP;
+        let mut consider = |due: BootInstant| at = at.min(due);
+        match self.lease {
+            LeaseState::Held { window, .. } => {
+                consider(window.term_at);
+                match self.renewal {
+                    Renewal::Due(_) => consider(window.renew_at),
+                    Renewal::Retry(due) => consider(due),
+                    Renewal::InFlight => {}
                 }
             }
-            Ok(Event::Keeper(Report::Renewed(renewed))) => {
-                window = renewed;
-                confirmed_at = BootInstant::now();
-                if trouble.take().is_some() {
-                    log.notice(format_args!("renewing lock '{key}' works again"));
+            LeaseState::Lost { kill_by } => {
+                if !matches!(self.stopping, Stopping::Killed { .. }) {
+                    consider(kill_by);
                 }
-                log.step(format_args!(
-                    "renewed lock '{key}' ({} of lease left)",
+            }
+        }
+        match self.stopping {
+            Stopping::No => {}
+            Stopping::Term { kill_at } => consider(kill_at),
+            Stopping::Killed { at } => consider(at + SURVIVAL_LIMIT),
+        }
+        if let Some(limit) = self.max_runtime_at
+            && !self.timed_out
+            && self.exited.is_none()
+        {
+            consider(limit);
+        }
+        // A deadline already acted on must not make this a busy loop: never earlier than now.
+        at.max(now)
+    }
+
+    /// A terminating signal: passed on to the command's group, exactly as received.
+    fn on_signal(&mut self, signal: i32) {
+        self.log.step(format_args!(
+            "forwarding {} to the command",
+            signals::name(signal)
+        ));
+        self.signal(signal);
+        self.signalled = true;
+        if signal == Signal::SIGINT as i32 || signal == Signal::SIGTERM as i32 {
+            let now = BootInstant::now();
+            self.stopping = match self.stopping {
+                Stopping::No => Stopping::Term {
+                    kill_at: now + self.job.plan.kill_after,
+                },
+                // A second INT or TERM: no more grace.
+                Stopping::Term { .. } => Stopping::Term { kill_at: now },
+                killed @ Stopping::Killed { .. } => killed,
+            };
+        }
+    }
+
+    fn on_renewed(&mut self, sent: BootInstant, result: anyhow::Result<(bool, Session)>) {
+        let LeaseState::Held {
+            window, trouble, ..
+        } = &self.lease
+        else {
+            // Lost already: nothing a renewal says changes that.
+            return;
+        };
+        let (window, troubled) = (*window, trouble.is_some());
+        match result {
+            Ok((true, session)) => {
+                let window = self.job.plan.window(Confirmed::Sent(sent));
+                if troubled {
+                    self.log
+                        .notice(format_args!("renewing lock '{}' works again", self.key));
+                }
+                self.lease = LeaseState::Held {
+                    window,
+                    confirmed_at: BootInstant::now(),
+                    trouble: None,
+                };
+                self.renewal = Renewal::Due(Some(session));
+                self.log.step(format_args!(
+                    "renewed lock '{}' ({} of lease left)",
+                    self.key,
                     duration::display(window.valid_until.remaining())
                 ));
             }
-            Ok(Event::Keeper(Report::Lost(why))) => {
-                if !lost {
-                    lost = true;
-                    log.notice(format_args!(
-                        "lost lock '{key}': {why}; stopping the command"
-                    ));
-                    let deadline = (BootInstant::now() + window.loss_grace).min(window.kill_at);
-                    stop(deadline, &mut stopping, &mut kill_at);
-                }
+            Ok((false, _)) => {
+                self.on_lost("the key was deleted, expired, or taken by another holder".into());
             }
-            Ok(Event::Keeper(Report::Trouble(why))) => {
-                if trouble.is_none() {
-                    log.warn(format_args!(
-                        "renewing lock '{key}' failed: {why}; retrying (the command is stopped at {} if this goes on)",
+            Err(err) if failure_of(&err) == Some(Failure::Usage) => {
+                self.on_lost(format!("{err:#}"));
+            }
+            Err(err) => {
+                let why = format!("{err:#}");
+                if !troubled {
+                    self.log.warn(format_args!(
+                        "renewing lock '{}' failed: {why}; retrying (the command is stopped in {} if this goes on)",
+                        self.key,
                         duration::display(window.term_at.remaining())
                     ));
                 }
-                trouble = Some(why);
+                if let LeaseState::Held { trouble, .. } = &mut self.lease {
+                    *trouble = Some(why);
+                }
+                // After a failure a late reply may still come on that connection: a fresh one.
+                self.renewal = Renewal::Retry(BootInstant::now() + window.retry_every);
             }
-            Ok(Event::Waiter(_))
-            | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
+    }
 
-        while let Some(state) = reap(child.pid, job.foreground) {
-            match state {
-                Reaped::Exited(status) => exited = Some(status),
-                Reaped::Stopped => {
-                    // Ctrl-Z: give the terminal back and stop ourselves, as the shell expects;
-                    // on `fg` continue the command in the foreground again. While stopped
-                    // nothing renews the lease; the deadline checks below catch a lapse on
-                    // wake-up.
-                    child::reclaim_terminal();
-                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                    child::hand_terminal_to(child.pid);
-                    child.signal_group(Signal::SIGCONT);
+    /// The lock is gone or taken (or cannot be kept): stop the command at once, SIGKILL after
+    /// the loss grace, and in any case before the lease can lapse.
+    fn on_lost(&mut self, why: String) {
+        let LeaseState::Held { window, .. } = self.lease else {
+            return;
+        };
+        self.log.notice(format_args!(
+            "lost lock '{}': {why}; stopping the command",
+            self.key
+        ));
+        let kill_by = (BootInstant::now() + window.loss_grace).min(window.kill_at);
+        self.lease = LeaseState::Lost {
+            kill_by: window.kill_at,
+        };
+        self.stop(kill_by);
+    }
+
+    /// Sends SIGTERM (unless already stopping) and makes SIGKILL due by `kill_by`.
+    fn stop(&mut self, kill_by: BootInstant) {
+        self.stopping = match self.stopping {
+            Stopping::No => {
+                self.signal(Signal::SIGTERM as i32);
+                Stopping::Term { kill_at: kill_by }
+            }
+            Stopping::Term { kill_at } => Stopping::Term {
+                kill_at: kill_at.min(kill_by),
+            },
+            killed @ Stopping::Killed { .. } => killed,
+        };
+    }
+
+    /// Sends `signal` to the command's group, and SIGCONT after it if the command is stopped,
+    /// as a shell's `kill` does: a stopped process would not act on it until continued.
+    fn signal(&self, signal: i32) {
+        self.child.signal_group(signal);
+        if self.stopped {
+            self.child.signal_group(Signal::SIGCONT as i32);
+        }
+    }
+
+    /// Collects the children that changed state: the command, and orphans handed to redlock as
+    /// subreaper (only collected).
+    fn reap(&mut self) {
+        while let Some((pid, change)) = child::reap() {
+            if pid != self.child.pid {
+                continue;
+            }
+            match change {
+                Change::Exited(code) => self.exited = Some(ChildStatus::Exited(code)),
+                Change::Killed(signal) => self.exited = Some(ChildStatus::Signaled(signal)),
+                Change::Continued => self.stopped = false,
+                Change::Stopped(signal) => {
+                    self.stopped = true;
+                    // Not on redlock's terminal: the job control is someone else's.
+                    if self.job.foreground {
+                        self.on_stopped_in_foreground(signal);
+                    }
                 }
             }
         }
+    }
 
-        let now = BootInstant::now();
-        if keeper.is_none() && now >= keeper_from && !lost {
-            keeper = Some(start_keeper(window)?);
+    /// The command, owning the terminal, stopped. Having read or written the terminal before
+    /// redlock handed it over (SIGTTIN, SIGTTOU), it gets the terminal and is continued. On
+    /// Ctrl-Z, redlock takes the terminal back and stops too, as the shell expects; on `fg` it
+    /// continues the command in the foreground again. While stopped nothing renews the lease;
+    /// the deadlines catch a lapse on wake-up.
+    fn on_stopped_in_foreground(&self, signal: i32) {
+        if signal != Signal::SIGTTIN as i32 && signal != Signal::SIGTTOU as i32 {
+            child::reclaim_terminal();
+            let _ = nix::sys::signal::raise(Signal::SIGSTOP);
         }
-        let keeper_ended = keeper.as_ref().is_some_and(Keeper::is_finished);
-        if !lost && (now >= window.term_at || keeper_ended) {
-            lost = true;
-            let why = if keeper_ended {
-                "the renewal thread stopped".to_owned()
-            } else {
-                format!(
+        child::hand_terminal_to(self.child.pid);
+        self.child.signal_group(Signal::SIGCONT as i32);
+    }
+
+    /// Acts on the deadlines that have come; says when the loop is over.
+    fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
+        let now = BootInstant::now();
+        if let LeaseState::Held {
+            window,
+            confirmed_at,
+            ref trouble,
+        } = self.lease
+        {
+            if now >= window.term_at {
+                let why = format!(
                     "renewals not confirmed for {} ({})",
                     duration::display(now.since(confirmed_at)),
                     trouble.as_deref().unwrap_or("no reply")
-                )
-            };
-            log.notice(format_args!(
-                "lost lock '{key}': {why}; stopping the command before the lease can lapse"
-            ));
-            stop(window.kill_at, &mut stopping, &mut kill_at);
+                );
+                self.log.notice(format_args!(
+                    "lost lock '{}': {why}; stopping the command before the lease can lapse",
+                    self.key
+                ));
+                self.lease = LeaseState::Lost {
+                    kill_by: window.kill_at,
+                };
+                self.stop(window.kill_at);
+            } else {
+                self.renew_if_due(now, window)?;
+            }
         }
-        if let Some(at) = max_runtime_at
-            && now >= at
-            && !timed_out
-            && exited.is_none()
+        if let Some(limit) = self.max_runtime_at
+            && now >= limit
+            && !self.timed_out
+            && self.exited.is_none()
         {
-            timed_out = true;
-            log.notice(format_args!(
+            self.timed_out = true;
+            self.log.notice(format_args!(
                 "--max-runtime {} elapsed; stopping the command",
-                duration::display(job.max_runtime.unwrap_or_default())
+                duration::display(self.job.max_runtime.unwrap_or_default())
             ));
-            stop(now + plan.kill_after, &mut stopping, &mut kill_at);
+            self.stop(now + self.job.plan.kill_after);
         }
-        if lost && killed_at.is_none() && now >= window.kill_at {
-            kill_at = Some(now);
-        }
-        if let Some(at) = kill_at
-            && now >= at
-            && killed_at.is_none()
+        if let LeaseState::Lost { kill_by } = self.lease
+            && now >= kill_by
         {
-            child.signal_group(Signal::SIGKILL);
-            killed_at = Some(now);
-            log.step("sent SIGKILL to the command's process group");
+            self.stop(now);
         }
-        if killed_at.is_some_and(|at| now.since(at) >= SURVIVAL_LIMIT) && child.group_alive() {
-            survivors = true;
-            break;
-        }
-        if exited.is_some() {
-            if !child.group_alive() {
-                break;
+        match self.stopping {
+            Stopping::Term { kill_at } if now >= kill_at => {
+                self.child.signal_group(Signal::SIGKILL as i32);
+                self.stopping = Stopping::Killed { at: now };
+                self.log.step("sent SIGKILL to the command's process group");
             }
-            if !stopping {
-                log.notice("the command exited but left processes in its group; stopping them");
-                stop(now + plan.kill_after, &mut stopping, &mut kill_at);
+            Stopping::Killed { at }
+                if now.since(at) >= SURVIVAL_LIMIT && self.child.group_alive() =>
+            {
+                return Ok(Some(Ended::Survivors));
+            }
+            _ => {}
+        }
+        if self.exited.is_some() {
+            if !self.child.group_alive() {
+                return Ok(Some(Ended::Gone));
+            }
+            if self.stopping == Stopping::No {
+                self.log
+                    .notice("the command exited but left processes in its group; stopping them");
+                self.stop(now + self.job.plan.kill_after);
             }
         }
+        Ok(None)
     }
 
-    if job.foreground {
-        child::reclaim_terminal();
-    }
-    // Release first (the next holder is waiting), then stop renewing: a renewal that lands after
-    // the release finds the token gone and changes nothing.
-    let status = exited.unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
-    if survivors {
-        drop(keeper);
-        // Releasing now would let the next holder run beside them: let the lease run out.
-        log.warn(format_args!(
-            "processes of the command's group outlived SIGKILL by {}; lock '{key}' is left to expire instead of being released",
-            duration::display(SURVIVAL_LIMIT)
-        ));
-        return Ok(if lost {
-            Done::Reported(Failure::Lost)
-        } else if timed_out {
-            Done::Reported(Failure::MaxRuntime)
-        } else {
-            Done::Child(status)
-        });
-    }
-    if lost {
-        // Token-checked, so harmless if the lock is someone else's by now; bounded tightly,
-        // since Redis was probably unreachable a moment ago.
-        let _ = release_lock(
-            session,
-            target,
-            lock,
-            lease,
-            Duration::ZERO,
-            Some(plan.request_timeout),
-            log,
+    /// Sends the renewal when it is due. Each request is bounded inside the lease: a reply
+    /// after the lease could have lapsed proves nothing.
+    fn renew_if_due(&mut self, now: BootInstant, window: Window) -> anyhow::Result<()> {
+        let session = match std::mem::replace(&mut self.renewal, Renewal::InFlight) {
+            Renewal::Due(session) if now >= window.renew_at => session,
+            Renewal::Retry(at) if now >= at => None,
+            not_due => {
+                self.renewal = not_due;
+                return Ok(());
+            }
+        };
+        let renewer = match &mut self.renewer {
+            Some(renewer) => renewer,
+            none => none.insert(Worker::start("renewal")?),
+        };
+        let timeout = window
+            .request_timeout
+            .min(window.valid_until.since(now))
+            .max(Duration::from_millis(10));
+        let (target, lock, token, ttl) = (
+            self.target.clone(),
+            self.lock.clone(),
+            self.token.clone(),
+            self.job.plan.ttl,
         );
-        drop(keeper);
-        return Ok(Done::Reported(Failure::Lost));
+        let replicas = (self.job.replicas).map(|count| Replicas::within(count, timeout));
+        let session = session.filter(|_| self.target.reuses_connections());
+        renewer.run(&self.inbox.reporter(), move || {
+            let sent = BootInstant::now();
+            let result = match session {
+                Some(session) => Ok(session),
+                None => target.connect_within(timeout),
+            }
+            .and_then(|mut session| {
+                session.set_command_timeout(timeout)?;
+                let extended = lock.extend(&mut session, &token, ttl, replicas)?;
+                Ok((extended, session))
+            });
+            Reply::Renewed { sent, result }
+        });
+        Ok(())
     }
-    let released = release(session, job.min_hold);
-    drop(keeper);
-    match released {
-        Ok(Release::NotHeld) => {
-            log.notice(format_args!(
-                "lock '{key}' was no longer held when the command ended (expired or taken)"
+
+    /// After the loop: the terminal back, renewals stopped, the lock released (or left to
+    /// expire, or found lost), and the exit status.
+    fn finish(
+        self,
+        ended: Ended,
+        session: Session,
+        ending: FinalRelease<'_>,
+    ) -> anyhow::Result<Done> {
+        if self.job.foreground {
+            child::reclaim_terminal();
+        }
+        // Stops renewing; a renewal still in flight that lands after the release finds the
+        // token gone and changes nothing.
+        drop(self.renewer);
+        let key = self.key;
+        let lost = matches!(self.lease, LeaseState::Lost { .. });
+        let status = self
+            .exited
+            .unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
+        let by_us = || {
+            if lost {
+                Done::Reported(Failure::Lost)
+            } else if self.timed_out {
+                Done::Reported(Failure::MaxRuntime)
+            } else {
+                Done::Child(status)
+            }
+        };
+        if let Ended::Survivors = ended {
+            // Releasing now would let the next holder run beside them: let the lease run out.
+            self.log.warn(format_args!(
+                "processes of the command's group outlived SIGKILL by {}; lock '{key}' is left to expire instead of being released",
+                duration::display(SURVIVAL_LIMIT)
             ));
-            return Ok(Done::Reported(Failure::Lost));
+            return Ok(by_us());
         }
-        Ok(_) => {}
-        Err(err) => log.warn(format_args!(
-            "could not release lock '{key}' ({err:#}); it expires by itself"
-        )),
-    }
-    if timed_out {
-        return Ok(Done::Reported(Failure::MaxRuntime));
-    }
-    if let ChildStatus::Signaled(signal) = status {
-        log.notice(format_args!(
-            "the command was killed by {}",
-            signals::name(signal)
-        ));
-    }
-    Ok(Done::Child(status))
-}
-
-/// Token-checked release (or keep for the minimum hold). The supervisor's connection may have
-/// sat idle for the whole run: if it fails, one fresh connection is tried. `bound` caps the
-/// connect and command timeouts.
-fn release_lock(
-    mut session: Session,
-    target: &Target,
-    lock: &Lock,
-    lease: &Lease,
-    min_hold: Duration,
-    bound: Option<Duration>,
-    log: Log,
-) -> anyhow::Result<Release> {
-    if let Some(bound) = bound {
-        session.set_command_timeout(bound)?;
-    }
-    let released = match lock.release(&mut session, &lease.token, min_hold) {
-        Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
-            log.step(format_args!("releasing failed ({err:#}); reconnecting"));
-            let mut fresh = match bound {
-                Some(bound) => target.connect_within(bound)?,
-                None => target.connect()?,
-            };
-            lock.release(&mut fresh, &lease.token, min_hold)?
+        if lost {
+            // Token-checked, so harmless if the lock is someone else's by now.
+            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status));
+            return Ok(by_us());
         }
-        result => result?,
-    };
-    match released {
-        Release::Released => log.step(format_args!("released lock '{}'", lock.name.as_str())),
-        Release::Kept(left) => log.step(format_args!(
-            "keeping lock '{}' for {} more (--min-hold)",
-            lock.name.as_str(),
-            duration::display(left)
-        )),
-        Release::StillHeld(holds) => log.step(format_args!(
-            "released one hold of lock '{}'; the enclosing invocation keeps it ({holds} left)",
-            lock.name.as_str()
-        )),
-        Release::NotHeld => {}
-    }
-    Ok(released)
-}
-
-/// What became of the command.
-enum Reaped {
-    Exited(ChildStatus),
-    /// Stopped (Ctrl-Z) while it owned the terminal.
-    Stopped,
-}
-
-/// Reaps children that have changed state (the command, and orphans handed to us as
-/// subreaper, which are only collected) until one tells something about the command or none
-/// is left. Never blocks.
-fn reap(command: Pid, foreground: bool) -> Option<Reaped> {
-    let mut flags = WaitPidFlag::WNOHANG;
-    if foreground {
-        flags |= WaitPidFlag::WUNTRACED;
-    }
-    loop {
-        match waitpid(None::<Pid>, Some(flags)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == command => {
-                return Some(Reaped::Exited(ChildStatus::Exited(code)));
+        let bound = if self.signalled {
+            HASTY_RELEASE
+        } else {
+            self.job.plan.request_timeout.max(Duration::from_secs(1)) * 2
+        };
+        match ending.release(session, self.job.min_hold, bound, Some(status)) {
+            Ok(Release::NotHeld) => {
+                self.log.notice(format_args!(
+                    "lock '{key}' was no longer held when the command ended (expired or taken)"
+                ));
+                return Ok(Done::Reported(Failure::Lost));
             }
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
-                return Some(Reaped::Exited(ChildStatus::Signaled(signal as i32)));
-            }
-            Ok(WaitStatus::Stopped(pid, _)) if pid == command => return Some(Reaped::Stopped),
-            Ok(WaitStatus::StillAlive) | Err(_) => return None,
             Ok(_) => {}
+            Err(err) => self.log.warn(format_args!(
+                "could not release lock '{key}' ({err:#}); it expires by itself"
+            )),
         }
+        if self.timed_out {
+            return Ok(Done::Reported(Failure::MaxRuntime));
+        }
+        if let ChildStatus::Signaled(signal) = status {
+            self.log.notice(format_args!(
+                "the command was killed by {}",
+                signals::name(signal)
+            ));
+        }
+        Ok(Done::Child(status))
+    }
+}
+
+/// What the final release needs: it runs on the worker that acquired the lock, over its
+/// connection, while the main thread waits for the reply, a signal, or the bound.
+struct FinalRelease<'a> {
+    inbox: &'a Inbox<'a, Reply>,
+    lock: &'a Lock,
+    target: &'a Target,
+    token: &'a Token,
+    fence: u64,
+    key: &'a str,
+    log: Log,
+    worker: Worker,
+}
+
+impl FinalRelease<'_> {
+    /// Token-checked release (or keep for the minimum hold), within `bound`. The connection
+    /// may have sat idle for the whole run: if it fails, one fresh connection is tried.
+    fn release(
+        &self,
+        session: Session,
+        min_hold: Duration,
+        bound: Duration,
+        status: Option<ChildStatus>,
+    ) -> anyhow::Result<Release> {
+        let deadline = BootInstant::now() + bound;
+        // For the history: the fence held (a lost lock is marked as such), how the command ended.
+        let report = Ending {
+            held_fence: Some(self.fence),
+            exit: match status {
+                Some(ChildStatus::Exited(code)) => Some(code),
+                _ => None,
+            },
+            signal: match status {
+                Some(ChildStatus::Signaled(signal)) => Some(signal),
+                _ => None,
+            },
+        };
+        let (lock, target, token) = (self.lock.clone(), self.target.clone(), self.token.clone());
+        let log = self.log;
+        let session = Some(session).filter(|_| target.reuses_connections());
+        self.worker.run(&self.inbox.reporter(), move || {
+            let released = match session {
+                Some(mut session) => {
+                    let _ = session.set_command_timeout(session.command_timeout().min(bound));
+                    lock.release(&mut session, &token, min_hold, &report)
+                }
+                None => target.connect_within(bound).and_then(|mut fresh| {
+                    fresh.set_command_timeout(bound)?;
+                    lock.release(&mut fresh, &token, min_hold, &report)
+                }),
+            };
+            let released = match released {
+                Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
+                    log.step(format_args!("releasing failed ({err:#}); reconnecting"));
+                    target
+                        .connect_within(deadline.remaining())
+                        .and_then(|mut fresh| {
+                            fresh.set_command_timeout(
+                                deadline.remaining().max(Duration::from_millis(10)),
+                            )?;
+                            lock.release(&mut fresh, &token, min_hold, &report)
+                        })
+                }
+                result => result,
+            };
+            Reply::Released(released)
+        });
+        let released = loop {
+            match self.inbox.next(deadline) {
+                Some(Incoming::Reply(Reply::Released(released))) => break released?,
+                Some(Incoming::Panicked(panic)) => anyhow::bail!("the release panicked: {panic}"),
+                Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
+                    return Err(fail(
+                        Failure::Unavailable,
+                        format!("{} received while releasing", signals::name(signal)),
+                    ));
+                }
+                _ if BootInstant::now() >= deadline => {
+                    return Err(fail(
+                        Failure::Unavailable,
+                        format!("no answer within {}", duration::display(bound)),
+                    ));
+                }
+                _ => {}
+            }
+        };
+        let key = self.key;
+        match released {
+            Release::Released => self.log.step(format_args!("released lock '{key}'")),
+            Release::Kept(left) => self.log.step(format_args!(
+                "keeping lock '{key}' for {} more (the minimum hold)",
+                duration::display(left)
+            )),
+            Release::StillHeld(holds) => self.log.step(format_args!(
+                "released one hold of lock '{key}'; the enclosing invocation keeps it ({holds} left)"
+            )),
+            Release::NotHeld => {}
+        }
+        Ok(released)
     }
 }

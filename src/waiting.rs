@@ -1,39 +1,41 @@
-//! Waiting for a lock in its FIFO queue, without polling.
+//! Taking a lock: at once, by re-entering it, or after waiting in its FIFO queue without polling.
 //!
-//! The first attempt joins the queue (one script call). A waiter thread then blocks on the
-//! waiter's own wake list (BLPOP), which scripts push to when the lock is handed to it, or when
-//! it has become first in line and must watch the new holders' short grants; each block lasts
-//! at most until the holder's expiry (for the first two in line), the queue entry's refresh,
-//! or the end of `--wait`. A block that ends without a wake-up, and a hand-over to a caller that
-//! does not renew by itself (`acquire`), lead to one script call that claims the lock or
-//! refreshes the place; that call may only claim (never re-join), so nothing it does after the
-//! waiter gave up can take the lock. `run` starts on the grant itself (its first renewal makes
-//! it a full lease), so a hand-over costs the next holder no round trip after the wake-up.
+//! The first attempt takes the lock, or joins the queue (one script call). The waiter then
+//! blocks on its own wake list (BLPOP), which scripts push to when the lock is handed to it, or
+//! when it has become first in line and must watch the new holders' short grants; each block
+//! lasts at most until the holder's expiry (for the first two in line), the queue entry's
+//! refresh, or the end of the wait. A block that ends without a wake-up, and a hand-over to a
+//! caller that does not renew by itself (`acquire`), lead to one script call that claims the
+//! lock or refreshes the place; that call may only claim (never re-join), so nothing it does
+//! after the waiter gave up can take the lock. `run` starts on the grant itself (its first
+//! renewal makes it a full lease), so a hand-over costs the next holder no round trip after
+//! the wake-up.
 //!
 //! Grant expiries are server times. They become local deadlines through the last script call
 //! of this waiter: the server read its clock (`now`) after the call was sent, so a server time
 //! `t` cannot come before `sent + (t - now)`, less 1% + 2 ms for the clocks' rates.
 //!
-//! The calling thread meanwhile listens for signals and the `--wait` deadline: either makes it
-//! leave the queue (giving back a lock handed over in the meantime) at once, and it keeps the
-//! live status line on stderr.
+//! [`acquire`] is a state machine on the main thread: every request runs on a worker (one
+//! connection, see `inbox`), and the main thread meanwhile listens for signals, the end of the
+//! wait and the status line's redraws. A terminating signal or the end of the wait leaves the
+//! queue (giving back a lock handed over in the meantime) at once, whatever Redis is doing.
+//! While waiting, a failed request is retried, with a growing pause, until the wait runs out.
 
-use std::io::{IsTerminal as _, Write as _};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::{Session, Target};
 use crate::duration;
-use crate::events::{Event, Events, Reporter};
-use crate::keeper::Confirmed;
+use crate::exit::{Failure, fail, failure_of, no_reply};
+use crate::inbox::{Inbox, Incoming, Worker};
 use crate::lock::{
-    Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Request,
-    Token, Waiter, Wake,
+    Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Refreshed,
+    Replicas, Request, Token, Waiter, Wake,
 };
-use crate::log::Log;
+use crate::log::{Log, printable};
+use crate::schedule::Confirmed;
+use crate::signals::{self, Signals};
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,240 +57,159 @@ impl Wait {
     }
 }
 
-/// What the waiter thread reports.
-pub enum WaiterReport {
-    Acquired {
-        lease: Lease,
-        confirmed: Confirmed,
-        session: Session,
-    },
-    Queued(Place),
-    /// The queue entry is gone (it expired while this process was suspended); the connection
-    /// comes back for joining again.
-    Gone(Session),
-    Failed(anyhow::Error),
-}
-
-/// Where a waiter stands, as last reported by Redis.
-#[derive(Debug, Clone)]
-pub struct Place {
-    pub holder: Option<Holder>,
-    /// Server time of the report (Unix ms).
-    pub now: u64,
-    pub position: usize,
-    pub length: usize,
-    received: BootInstant,
-}
-
 /// What to acquire, and how long to wait for it.
 #[derive(Debug, Clone)]
-pub struct Ask {
-    pub ttl: Duration,
-    pub mode: Mode,
-    pub who: Identity,
-    pub wait: Wait,
+pub(crate) struct Ask {
+    pub(crate) ttl: Duration,
+    pub(crate) mode: Mode,
+    pub(crate) who: Identity,
+    pub(crate) wait: Wait,
     /// The token of an enclosing invocation that holds this lock: re-enter it if it still does.
-    pub reenter: Option<Token>,
+    pub(crate) reenter: Option<Token>,
     /// The caller renews the lease itself (`run`): a lock handed over is taken on its grant.
-    pub renews: bool,
+    pub(crate) renews: bool,
+    /// Without a terminal, say where the wait stands this often (`None`: only when it starts).
+    pub(crate) progress_every: Option<Duration>,
+    /// Replicas that must acknowledge the acquisition.
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// How an acquisition ended.
-pub enum Outcome {
-    Acquired {
-        lease: Lease,
-        confirmed: Confirmed,
-        session: Session,
-    },
+pub(crate) enum Outcome {
+    Acquired(Held),
     /// Busy, and not waiting (or the wait ran out): who held it, at server time `now`.
-    Busy { holder: Option<Holder>, now: u64 },
+    Busy {
+        holder: Option<Holder>,
+        now: u64,
+    },
     /// A terminating signal arrived while waiting; the queue was left.
     Interrupted(i32),
 }
 
+/// A lock just acquired, with the connection and worker that took it (the release uses them).
+pub(crate) struct Held {
+    pub(crate) lease: Lease,
+    pub(crate) confirmed: Confirmed,
+    pub(crate) session: Session,
+    pub(crate) worker: Worker,
+}
+
 /// Takes the lock, re-entering it or waiting in its queue as `ask` says.
-pub fn acquire(
-    events: &Events,
-    mut session: Session,
+pub(crate) fn acquire(
+    signals: &Signals,
     target: &Target,
     lock: &Lock,
     ask: &Ask,
     log: Log,
 ) -> anyhow::Result<Outcome> {
-    let Ask {
-        ttl,
-        mode,
-        ref who,
-        wait,
-        ref reenter,
-        renews: _,
-    } = *ask;
-    if let Some(token) = reenter {
-        let sent = BootInstant::now();
-        let request = Request {
-            token,
-            ttl,
-            mode,
-            who,
-            reenter: true,
-        };
-        match lock.acquire(&mut session, &request, Queueing::No)? {
-            Acquisition::Acquired(lease) => {
-                log.step(format_args!(
-                    "re-entered lock '{}' held by the enclosing invocation",
-                    lock.name.as_str()
-                ));
-                return Ok(Outcome::Acquired {
-                    lease,
-                    confirmed: Confirmed::Sent(sent),
-                    session,
-                });
-            }
-            _ => log.step(format_args!(
-                "REDLOCK_TOKEN no longer holds lock '{}'; acquiring it anew",
-                lock.name.as_str()
-            )),
-        }
-    }
-    let waiter = Waiter::new();
-    let started = BootInstant::now();
-    let deadline = match wait {
-        Wait::UpTo(limit) => Some(started + limit),
+    let inbox = Inbox::new(signals)?;
+    let deadline = match ask.wait {
+        Wait::UpTo(limit) => Some(BootInstant::now() + limit),
         Wait::No | Wait::Forever => None,
     };
-    let mut status = Status::new(lock.name.as_str(), log, started);
+    let mut acquirer = Acquirer {
+        worker: Worker::start("redis")?,
+        target,
+        lock,
+        ask,
+        log,
+        waiter: Waiter::new(),
+        deadline,
+        reentering: ask.reenter.is_some(),
+        queued: false,
+        unsure: false,
+        reading: None,
+        look_at: BootInstant::now(),
+        last_busy: None,
+        failures: None,
+        call_at: None,
+        polling: false,
+        session: None,
+        reply_by: None,
+        status: Status::new(lock.name.as_str(), log, deadline, ask.progress_every),
+        inbox,
+    };
+    acquirer.start();
     loop {
-        let queueing = if wait == Wait::No {
-            Queueing::No
-        } else {
-            Queueing::Join(&waiter)
-        };
-        let sent = BootInstant::now();
-        let request = Request {
-            token: &waiter.token,
-            ttl,
-            mode,
-            who,
-            reenter: false,
-        };
-        let (holder, now, position, length, hint) =
-            match lock.acquire(&mut session, &request, queueing)? {
-                Acquisition::Acquired(lease) => {
-                    return Ok(Outcome::Acquired {
-                        lease,
-                        confirmed: Confirmed::Sent(sent),
-                        session,
-                    });
-                }
-                Acquisition::Busy {
-                    holder,
-                    now,
-                    position,
-                    length,
-                    hint,
-                } => (holder, now, position, length, hint),
-                Acquisition::Gone | Acquisition::NotHeldByToken => {
-                    anyhow::bail!("the lock's queue answered for a stranger")
-                }
-            };
-        if wait == Wait::No || deadline.is_some_and(|at| BootInstant::now() >= at) {
-            return Ok(Outcome::Busy { holder, now });
-        }
-        status.update(Place {
-            holder,
-            now,
-            position,
-            length,
-            received: BootInstant::now(),
-        });
-
-        // The waiter thread takes the connection (one per waiting process); leaving the queue
-        // from here, which is rare, opens a fresh one.
-        let abandoned = Arc::new(AtomicBool::new(false));
-        start_waiter(
-            session,
-            target.clone(),
-            lock.clone(),
-            waiter.clone(),
-            Ask {
-                reenter: None,
-                ..ask.clone()
-            },
-            ServerReading { sent, now },
-            hint,
-            deadline,
-            Arc::clone(&abandoned),
-            events.reporter(),
-        )?;
-        // Leaves the queue. If Redis cannot be told, the entry expires by itself (30 s) and
-        // any lock handed over meanwhile at its short grant: worth a warning, not a failure.
-        let give_up = |status: &Status| {
-            abandoned.store(true, Ordering::SeqCst);
-            status.clear();
-            let left = target
-                .connect()
-                .and_then(|mut fresh| lock.leave(&mut fresh, &waiter));
-            if let Err(err) = left {
-                log.warn(format_args!(
-                    "could not leave the queue of lock '{}' ({err:#}); the entry expires by itself",
-                    lock.name.as_str()
-                ));
+        let step = match acquirer.inbox.next(acquirer.wake_at()) {
+            Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
+                Ok(Some(End::Interrupted(signal)))
             }
+            Some(Incoming::Reply(reply)) => acquirer.on_reply(reply),
+            Some(Incoming::Panicked(panic)) => Err(anyhow::anyhow!("a worker panicked: {panic}")),
+            Some(Incoming::Signal(_)) | None => acquirer.on_time(),
         };
-        loop {
-            let nap = deadline.map_or(MAX_NAP, BootInstant::nap);
-            match events.recv_timeout(nap) {
-                Ok(Event::Signal(signal)) if terminates(signal) => {
-                    give_up(&status);
-                    return Ok(Outcome::Interrupted(signal));
-                }
-                Ok(Event::Waiter(WaiterReport::Acquired {
+        match step {
+            Ok(None) => {}
+            Ok(Some(End::Took {
+                lease,
+                confirmed,
+                session,
+            })) => {
+                acquirer.status.acquired();
+                return Ok(Outcome::Acquired(Held {
                     lease,
                     confirmed,
                     session,
-                })) => {
-                    status.acquired();
-                    return Ok(Outcome::Acquired {
-                        lease,
-                        confirmed,
-                        session,
-                    });
-                }
-                Ok(Event::Waiter(WaiterReport::Queued(place))) => status.update(place),
-                Ok(Event::Waiter(WaiterReport::Gone(back))) => {
-                    session = back;
-                    break;
-                }
-                Ok(Event::Waiter(WaiterReport::Failed(err))) => {
-                    give_up(&status);
-                    return Err(err);
-                }
-                Ok(_) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                    worker: acquirer.worker,
+                }));
             }
-            if deadline.is_some_and(|at| BootInstant::now() >= at) {
-                give_up(&status);
-                let (holder, now) = status
-                    .place
-                    .as_ref()
-                    .map_or((None, 0), |place| (place.holder.clone(), place.now));
+            Ok(Some(End::Busy { holder, now })) => {
+                acquirer.give_up();
                 return Ok(Outcome::Busy { holder, now });
             }
-            status.redraw_if_due();
+            Ok(Some(End::Interrupted(signal))) => {
+                acquirer.give_up();
+                return Ok(Outcome::Interrupted(signal));
+            }
+            Err(err) => {
+                acquirer.give_up();
+                return Err(err);
+            }
         }
-        // Our entry expired (this process was suspended): join again, at the back.
-        log.warn(format_args!(
-            "dropped from the queue of lock '{}' (its entry expired); queueing again",
-            lock.name.as_str()
-        ));
     }
 }
 
-/// INT, TERM, HUP and QUIT end a wait; USR1/USR2 have no command to go to yet.
-fn terminates(signal: i32) -> bool {
-    use nix::sys::signal::Signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-    [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
-        .map(|s| s as i32)
-        .contains(&signal)
+/// How the state machine ended.
+enum End {
+    Took {
+        lease: Lease,
+        confirmed: Confirmed,
+        session: Session,
+    },
+    Busy {
+        holder: Option<Holder>,
+        now: u64,
+    },
+    Interrupted(i32),
+}
+
+/// A worker's reply.
+enum Reply {
+    /// A call of the acquire script, sent at `sent`.
+    Called {
+        sent: BootInstant,
+        result: anyhow::Result<(Acquisition, Session)>,
+    },
+    /// A block on the wake list ended (`None`: nothing came).
+    Woken(anyhow::Result<(Option<Wake>, Session)>),
+    /// The queue entry was refreshed (a call that reads nothing else), sent at `sent`.
+    Refreshed {
+        sent: BootInstant,
+        result: anyhow::Result<(Refreshed, Session)>,
+    },
+}
+
+/// Which call of the acquire script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// Take the lock now or fail: never queue.
+    Fail,
+    /// Take it, or join the queue (refresh the entry if already queued).
+    Join,
+    /// Only claim a lock handed over or reached at the head, or refresh the place: never
+    /// (re-)join, so that a late call cannot take the lock after the waiter has left.
+    Stay,
 }
 
 /// A reading of the server's clock (`now`, Unix ms) taken after `sent`.
@@ -309,237 +230,635 @@ impl ServerReading {
     fn about(self, server_ms: u64) -> BootInstant {
         self.sent + Duration::from_millis(server_ms.saturating_sub(self.now))
     }
+
+    /// When the queue entry is due for a refresh.
+    fn refresh_at(self) -> BootInstant {
+        self.sent + QUEUE_ENTRY_TTL / 3
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_waiter(
-    mut session: Session,
-    target: Target,
-    lock: Lock,
+/// Requests failing in a row, while waiting.
+struct Failures {
+    count: u32,
+    last: anyhow::Error,
+}
+
+/// How often a waiter whose Redis user may not block (BLPOP) looks at the lock instead.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// Pause before the next attempt after `failures` failed ones: 100 ms doubling to 2 s, less up
+/// to a quarter at random, so waiters that lost the same server do not come back in step.
+fn backoff(failures: u32) -> Duration {
+    let full = Duration::from_millis(100)
+        .saturating_mul(1 << failures.min(5))
+        .min(Duration::from_secs(2));
+    let jitter = u32::try_from(uuid::Uuid::new_v4().as_u128() % 250).unwrap_or(0);
+    full - full * jitter / 1000
+}
+
+struct Acquirer<'a> {
+    inbox: Inbox<'a, Reply>,
+    worker: Worker,
+    target: &'a Target,
+    lock: &'a Lock,
+    ask: &'a Ask,
+    log: Log,
     waiter: Waiter,
-    ask: Ask,
-    joined: ServerReading,
-    first_hint: Duration,
     deadline: Option<BootInstant>,
-    abandoned: Arc<AtomicBool>,
-    events: Reporter,
-) -> std::io::Result<()> {
-    let report = move |report| {
-        events.send(Event::Waiter(report));
-    };
-    std::thread::Builder::new()
-        .name("waiter".into())
-        .spawn(move || {
-            let mut reading = joined;
-            // When something may change without a wake-up: just past the holder's expiry, so
-            // a crashed holder is taken over promptly.
-            let mut look_at = reading.sent + first_hint + Duration::from_millis(10);
-            loop {
-                let refresh_at = reading.sent + QUEUE_ENTRY_TTL / 3;
-                let mut until = look_at.min(refresh_at);
-                if let Some(deadline) = deadline {
-                    if deadline.remaining().is_zero() {
-                        return;
-                    }
-                    until = until.min(deadline);
+    /// The first call re-enters the lock of the enclosing invocation.
+    reentering: bool,
+    /// The waiter's token has a place in the queue (or was handed the lock meanwhile).
+    queued: bool,
+    /// A call of the waiter's token went out and its outcome is unknown (in flight, or no
+    /// reply came): it may have queued or taken the lock.
+    unsure: bool,
+    /// The server's clock as read by the last script call.
+    reading: Option<ServerReading>,
+    /// When the lock may change without a wake-up (the holder's expiry).
+    look_at: BootInstant,
+    /// Who held the lock when Redis last answered, the server's time then, and when the
+    /// request was sent (to carry that time forward).
+    last_busy: Option<(Option<Holder>, u64, BootInstant)>,
+    failures: Option<Failures>,
+    /// The next script call is due then (after a failure, or when polling).
+    call_at: Option<BootInstant>,
+    /// BLPOP is denied to this Redis user: look at the lock every [`POLL_EVERY`] instead.
+    polling: bool,
+    /// The connection, while no request is in flight and the next call waits for `call_at`.
+    session: Option<Session>,
+    /// A request is in flight, and its reply is due by then at the latest.
+    reply_by: Option<BootInstant>,
+    status: Status<'a>,
+}
+
+impl Acquirer<'_> {
+    fn start(&mut self) {
+        let call = if self.reentering {
+            Call::Fail
+        } else {
+            self.first_call()
+        };
+        self.call(call, None);
+    }
+
+    fn first_call(&self) -> Call {
+        if self.ask.wait == Wait::No {
+            Call::Fail
+        } else {
+            Call::Join
+        }
+    }
+
+    /// Calls the acquire script on the worker, over `session` or a fresh connection.
+    fn call(&mut self, call: Call, session: Option<Session>) {
+        // Until its reply is seen, any call of the waiter's own token may have taken the lock.
+        self.unsure = !self.reentering;
+        let session = session.filter(|_| self.target.reuses_connections());
+        let (target, lock, waiter, log) = (
+            self.target.clone(),
+            self.lock.clone(),
+            self.waiter.clone(),
+            self.log,
+        );
+        let (ttl, mode, who, reenter, replicas) = (
+            self.ask.ttl,
+            self.ask.mode,
+            self.ask.who.clone(),
+            self.reentering,
+            self.ask.replicas,
+        );
+        let token = match (&self.ask.reenter, reenter) {
+            (Some(token), true) => token.clone(),
+            _ => waiter.token.clone(),
+        };
+        self.reply_by = Some(BootInstant::now() + self.target.request_bound());
+        self.worker.run(&self.inbox.reporter(), move || {
+            let sent = BootInstant::now();
+            let request = Request {
+                token: &token,
+                ttl,
+                mode,
+                who: &who,
+                reenter,
+                replicas,
+            };
+            let queueing = match call {
+                Call::Fail => Queueing::No,
+                Call::Join => Queueing::Join(&waiter),
+                Call::Stay => Queueing::Stay(&waiter),
+            };
+            let result = match session {
+                Some(session) => Ok(session),
+                None => target.connect().inspect(|_| {
+                    log.step(format_args!("connected to {}", target.redacted()));
+                }),
+            }
+            .and_then(|mut session| {
+                // After a failure a late reply may still come on this connection: it is
+                // dropped with the error.
+                let acquisition = lock.acquire(&mut session, &request, queueing)?;
+                Ok((acquisition, session))
+            });
+            Reply::Called { sent, result }
+        });
+    }
+
+    /// Blocks on the wake list until the next thing to look at, or calls at once if that is
+    /// now.
+    fn block(&mut self, session: Option<Session>) {
+        let Some(reading) = self.reading else {
+            return self.call(Call::Stay, session);
+        };
+        let mut until = self.look_at.min(reading.refresh_at());
+        if let Some(deadline) = self.deadline {
+            until = until.min(deadline);
+        }
+        if self.polling {
+            self.session = session;
+            self.call_at = Some(until.min(BootInstant::now() + POLL_EVERY));
+            return;
+        }
+        let timeout = until.remaining();
+        let mut session = match session {
+            Some(session) if !timeout.is_zero() => session,
+            session => return self.call(Call::Stay, session),
+        };
+        let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
+        self.reply_by = Some(BootInstant::now() + timeout + self.target.request_bound());
+        self.worker.run(&self.inbox.reporter(), move || {
+            let woken = lock.wait_for_wake(&mut session, &waiter, timeout);
+            Reply::Woken(woken.map(|woken| (woken, session)))
+        });
+    }
+
+    /// The next instant the machine must look at the clock.
+    fn wake_at(&self) -> BootInstant {
+        let mut at = BootInstant::now() + MAX_NAP;
+        if let Some(deadline) = self.deadline {
+            at = at.min(deadline);
+        }
+        if let Some(call_at) = self.call_at {
+            at = at.min(call_at);
+        }
+        if let Some(reply_by) = self.reply_by {
+            at = at.min(reply_by);
+        }
+        at
+    }
+
+    fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<End>> {
+        self.reply_by = None;
+        match reply {
+            Reply::Called { sent, result } => match result {
+                Ok((acquisition, session)) => {
+                    self.failures = None;
+                    self.unsure = false;
+                    self.queued =
+                        matches!(acquisition, Acquisition::Busy { position, .. } if position > 0);
+                    self.on_called(sent, acquisition, session)
                 }
-                if abandoned.load(Ordering::SeqCst) {
-                    return;
+                Err(err) => {
+                    // A refusal or a failure to connect changed nothing; a request without a
+                    // reply may have.
+                    self.unsure = self.unsure && no_reply(&err);
+                    self.on_failure(err)
                 }
-                let block = until.remaining();
-                let woken = if block.is_zero() {
-                    None
-                } else {
-                    match lock.wait_for_wake(&mut session, &waiter, block) {
-                        Ok(woken) => woken,
-                        // The connection failed under the block: a stop and continue (Ctrl-Z
-                        // and `fg`) ends it with EINTR, or the server went away. A wake-up
-                        // may be lost with it; a fresh connection and a look at the lock
-                        // tell what was missed.
-                        Err(err) => match target.connect() {
-                            Ok(fresh) => {
-                                session = fresh;
-                                None
-                            }
-                            Err(_) => return report(WaiterReport::Failed(err)),
-                        },
-                    }
-                };
-                if abandoned.load(Ordering::SeqCst) {
-                    return;
-                }
-                match woken {
-                    // A grant from before the last script call (left in the list while this
-                    // process was suspended) is stale: that call would have claimed it.
-                    Some(Wake::Granted { fence, expires })
-                        if ask.renews && expires > reading.now =>
-                    {
-                        let until = reading.earliest(expires);
-                        // With less than half of it left (this process was stopped or slow),
-                        // the script call below claims it, or finds it lapsed and re-queues.
-                        if until > BootInstant::now() + GRANT / 2 {
-                            let lease = Lease {
-                                token: waiter.token.clone(),
-                                fence,
-                                ttl: GRANT,
-                            };
-                            let confirmed = Confirmed::Grant {
-                                length: GRANT,
-                                until,
-                            };
-                            return report(WaiterReport::Acquired {
-                                lease,
-                                confirmed,
-                                session,
-                            });
-                        }
-                    }
-                    Some(Wake::Watch {
-                        expires,
-                        length,
-                        holder,
-                    }) if BootInstant::now() < refresh_at => {
-                        look_at = reading.about(expires) + Duration::from_millis(10);
-                        report(WaiterReport::Queued(Place {
-                            holder,
-                            now: expires.saturating_sub(GRANT.as_millis() as u64),
-                            position: 1,
-                            length,
-                            received: BootInstant::now(),
-                        }));
-                        continue;
-                    }
-                    _ => {}
-                }
-                let sent = BootInstant::now();
-                let request = Request {
-                    token: &waiter.token,
-                    ttl: ask.ttl,
-                    mode: ask.mode,
-                    who: &ask.who,
-                    reenter: false,
-                };
-                match lock.acquire(&mut session, &request, Queueing::Stay(&waiter)) {
-                    Ok(Acquisition::Acquired(lease)) => {
-                        return report(WaiterReport::Acquired {
-                            lease,
-                            confirmed: Confirmed::Sent(sent),
-                            session,
-                        });
-                    }
-                    Ok(Acquisition::Busy {
-                        holder,
-                        now,
-                        position,
-                        length,
-                        hint,
-                    }) => {
-                        reading = ServerReading { sent, now };
-                        look_at = sent + hint + Duration::from_millis(10);
-                        report(WaiterReport::Queued(Place {
-                            holder,
+            },
+            Reply::Woken(Ok((woken, session))) => Ok(self.on_woken(woken, session)),
+            Reply::Refreshed {
+                sent,
+                result:
+                    Ok((
+                        Refreshed::Queued {
                             now,
                             position,
                             length,
-                            received: BootInstant::now(),
-                        }));
-                    }
-                    Ok(Acquisition::Gone | Acquisition::NotHeldByToken) => {
-                        return report(WaiterReport::Gone(session));
-                    }
-                    Err(err) => return report(WaiterReport::Failed(err)),
+                        },
+                        session,
+                    )),
+            } => {
+                self.failures = None;
+                self.reading = Some(ServerReading { sent, now });
+                if let Some(place) = &mut self.status.place {
+                    place.position = position;
+                    place.length = length;
                 }
+                self.block(Some(session));
+                Ok(None)
             }
-        })?;
-    Ok(())
+            // Handed the lock, or dropped: the acquire script tells which, and claims.
+            Reply::Refreshed {
+                result: Ok((Refreshed::NotQueued { .. }, session)),
+                ..
+            } => {
+                self.call(Call::Stay, Some(session));
+                Ok(None)
+            }
+            Reply::Refreshed {
+                result: Err(err), ..
+            } => self.on_failure(err),
+            // The Redis user may not block: look at the lock now and then instead, never in a
+            // loop.
+            Reply::Woken(Err(err)) if failure_of(&err) == Some(Failure::Auth) => {
+                self.status.clear();
+                self.log.warn(format_args!(
+                    "{err:#}; looking at the lock every {} instead of waiting for a wake-up (allow BLPOP for prompt hand-overs)",
+                    duration::display(POLL_EVERY)
+                ));
+                self.polling = true;
+                self.call_at = Some(BootInstant::now() + POLL_EVERY);
+                Ok(None)
+            }
+            // The connection failed under the block: a stop and continue (Ctrl-Z and `fg`) ends
+            // it with EINTR, or the server went away. A wake-up may be lost with it; a fresh
+            // connection and a look at the lock tell what was missed.
+            Reply::Woken(Err(_)) => {
+                self.call(Call::Stay, None);
+                Ok(None)
+            }
+        }
+    }
+
+    fn on_called(
+        &mut self,
+        sent: BootInstant,
+        acquisition: Acquisition,
+        session: Session,
+    ) -> anyhow::Result<Option<End>> {
+        match acquisition {
+            Acquisition::Acquired(lease) => Ok(Some(End::Took {
+                lease,
+                confirmed: Confirmed::Sent(sent),
+                session,
+            })),
+            Acquisition::Busy {
+                holder,
+                now,
+                position,
+                length,
+                hint,
+            } => {
+                self.last_busy = Some((holder.clone(), now, sent));
+                if self.ask.wait == Wait::No || self.past_deadline() {
+                    return Ok(Some(End::Busy { holder, now }));
+                }
+                self.reading = Some(ServerReading { sent, now });
+                self.look_at = sent + hint + Duration::from_millis(10);
+                self.status.update(Place {
+                    holder,
+                    now,
+                    position,
+                    length,
+                    received: BootInstant::now(),
+                });
+                self.block(Some(session));
+                Ok(None)
+            }
+            // Our own token given up: never by this process while it waits; treated as a
+            // place lost.
+            Acquisition::Gone | Acquisition::Cancelled => {
+                // Our entry expired (this process was suspended, or Redis lost the queue):
+                // join again, at the back.
+                self.log.warn(format_args!(
+                    "dropped from the queue of lock '{}' (its entry expired); queueing again",
+                    printable(self.lock.name.as_str())
+                ));
+                self.waiter = Waiter::new();
+                self.call(Call::Join, Some(session));
+                Ok(None)
+            }
+            Acquisition::NotHeldByToken if self.reentering => {
+                self.log.step(format_args!(
+                    "REDLOCK_TOKEN no longer holds lock '{}'; acquiring it anew",
+                    printable(self.lock.name.as_str())
+                ));
+                self.reentering = false;
+                let call = self.first_call();
+                self.call(call, Some(session));
+                Ok(None)
+            }
+            Acquisition::NotHeldByToken => {
+                anyhow::bail!("the lock's queue answered for a stranger")
+            }
+        }
+    }
+
+    fn on_woken(&mut self, woken: Option<Wake>, session: Session) -> Option<End> {
+        let Some(reading) = self.reading else {
+            self.call(Call::Stay, Some(session));
+            return None;
+        };
+        match woken {
+            // A grant from before the last script call (left in the list while this process
+            // was suspended) is stale: that call would have claimed it.
+            Some(Wake::Granted { fence, expires }) if self.ask.renews && expires > reading.now => {
+                let until = reading.earliest(expires);
+                // With less than half of it left (this process was stopped or slow), the script
+                // call below claims it, or finds it lapsed and re-queues.
+                if until > BootInstant::now() + GRANT / 2 {
+                    return Some(End::Took {
+                        lease: Lease {
+                            token: self.waiter.token.clone(),
+                            fence,
+                            ttl: GRANT,
+                        },
+                        confirmed: Confirmed::Grant {
+                            length: GRANT,
+                            until,
+                        },
+                        session,
+                    });
+                }
+                self.call(Call::Stay, Some(session));
+            }
+            Some(Wake::Watch {
+                expires,
+                length,
+                holder,
+            }) if BootInstant::now() < reading.refresh_at() => {
+                self.look_at = reading.about(expires) + Duration::from_millis(10);
+                self.status.update(Place {
+                    holder,
+                    now: expires.saturating_sub(GRANT.as_millis() as u64),
+                    position: 1,
+                    length,
+                    received: BootInstant::now(),
+                });
+                self.block(Some(session));
+            }
+            // Nothing came, and only the entry is due, not a look at the lock: refresh it,
+            // which reads nothing else of the queue.
+            None if BootInstant::now() >= reading.refresh_at()
+                && BootInstant::now() < self.look_at =>
+            {
+                self.refresh(session);
+            }
+            _ => self.call(Call::Stay, Some(session)),
+        }
+        None
+    }
+
+    /// Refreshes the queue entry on the worker.
+    fn refresh(&mut self, mut session: Session) {
+        let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
+        self.reply_by = Some(BootInstant::now() + self.target.request_bound());
+        self.worker.run(&self.inbox.reporter(), move || {
+            let sent = BootInstant::now();
+            let result = lock
+                .refresh(&mut session, &waiter)
+                .map(|refreshed| (refreshed, session));
+            Reply::Refreshed { sent, result }
+        });
+    }
+
+    /// A request failed. Failing fast, or for any reason but an unreachable Redis, that is the
+    /// end; while waiting, it is tried again until the wait runs out.
+    fn on_failure(&mut self, err: anyhow::Error) -> anyhow::Result<Option<End>> {
+        let unreachable = failure_of(&err) == Some(Failure::Unavailable);
+        if self.ask.wait == Wait::No || !unreachable || self.past_deadline() {
+            return Err(err);
+        }
+        let count = self.failures.as_ref().map_or(0, |failures| failures.count) + 1;
+        let pause = backoff(count);
+        if count == 1 {
+            self.status.clear();
+            self.log.warn(format_args!(
+                "{err:#}; retrying while the wait lasts (next in {})",
+                duration::display(pause)
+            ));
+        } else {
+            self.log.step(format_args!(
+                "{err:#}; retrying in {}",
+                duration::display(pause)
+            ));
+        }
+        self.failures = Some(Failures { count, last: err });
+        self.call_at = Some(BootInstant::now() + pause);
+        Ok(None)
+    }
+
+    fn on_time(&mut self) -> anyhow::Result<Option<End>> {
+        if self.reply_by.is_some_and(|by| BootInstant::now() >= by) {
+            // The worker went quiet beyond every timeout it has (a name lookup that hangs):
+            // abandon it with its request, and carry on with a fresh one.
+            self.reply_by = None;
+            self.worker = Worker::start("redis")?;
+            let err = fail(
+                Failure::Unavailable,
+                format!(
+                    "no answer within {}",
+                    duration::display(self.target.request_bound())
+                ),
+            )
+            .context(self.target.redacted().to_owned());
+            if let Some(end) = self.on_failure(err)? {
+                return Ok(Some(end));
+            }
+        }
+        if self.past_deadline() {
+            if let Some(failures) = self.failures.take() {
+                // Redis has not answered since.
+                return Err(failures.last);
+            }
+            // The last answer may be minutes old (a blocked wait reads nothing): its server
+            // time, carried forward to now, keeps "held for" and "expires in" current.
+            let (holder, now) = match self.last_busy.take() {
+                Some((holder, now, sent)) => {
+                    let since = u64::try_from(BootInstant::now().since(sent).as_millis())
+                        .unwrap_or(u64::MAX);
+                    (holder, now.saturating_add(since))
+                }
+                None => (None, 0),
+            };
+            return Ok(Some(End::Busy { holder, now }));
+        }
+        if self
+            .call_at
+            .take_if(|at| BootInstant::now() >= *at)
+            .is_some()
+        {
+            // Never (re-)join once joined: a place the queue kept is claimed or refreshed, and
+            // a lost one is reported as `Gone` and joined again.
+            let call = if self.reading.is_some() {
+                Call::Stay
+            } else {
+                self.first_call()
+            };
+            let session = self.session.take();
+            self.call(call, session);
+        }
+        self.status.redraw_if_due();
+        Ok(None)
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|at| BootInstant::now() >= at)
+    }
+
+    /// Gives the waiter's token up if a call of it may have queued or taken the lock: leaves the
+    /// queue, gives back what the token holds, and marks it so that a request still on its way
+    /// (the one in flight is abandoned) takes nothing when it runs. Bounded tightly: a signal
+    /// must end redlock within a second whatever state Redis is in. If Redis cannot be told, a
+    /// queue entry expires by itself, a lock handed over meanwhile at its short grant, and a
+    /// lock the abandoned request took at its lease, which is said.
+    fn give_up(&mut self) {
+        self.status.clear();
+        if !self.queued && !self.unsure {
+            return;
+        }
+        let bound = Duration::from_millis(400);
+        let left = self.target.connect_within(bound).and_then(|mut fresh| {
+            fresh.set_command_timeout(bound)?;
+            self.lock.leave(&mut fresh, &self.waiter)
+        });
+        if let Err(err) = left {
+            self.log.warn(format_args!(
+                "could not leave the queue of lock '{}' or cancel the request in flight ({err:#}); a place expires within {}, a lock it may have taken within {}",
+                printable(self.lock.name.as_str()),
+                duration::display(QUEUE_ENTRY_TTL),
+                duration::display(self.ask.ttl)
+            ));
+        }
+    }
 }
 
-/// The "waiting for ..." line: redrawn in place on a terminal, else printed once when waiting
-/// starts and once when the lock is acquired. Silenced by `-q`.
+/// Where a waiter stands, as last reported by Redis.
+#[derive(Debug, Clone)]
+struct Place {
+    holder: Option<Holder>,
+    /// Server time of the report (Unix ms).
+    now: u64,
+    position: usize,
+    length: usize,
+    received: BootInstant,
+}
+
+/// Where the wait stands, on stderr: on a terminal one line redrawn in place (fitted to the
+/// terminal's width), otherwise (a CI log) a line when waiting starts and one every
+/// `progress_every`, with current figures. Silenced by `-q`.
 struct Status<'a> {
     key: &'a str,
     log: Log,
     terminal: bool,
     started: BootInstant,
+    deadline: Option<BootInstant>,
+    progress_every: Option<Duration>,
     place: Option<Place>,
     drawn_at: Option<BootInstant>,
 }
 
 impl<'a> Status<'a> {
-    fn new(key: &'a str, log: Log, started: BootInstant) -> Self {
+    fn new(
+        key: &'a str,
+        log: Log,
+        deadline: Option<BootInstant>,
+        progress_every: Option<Duration>,
+    ) -> Self {
         Self {
             key,
             log,
-            terminal: !log.quiet && std::io::stderr().is_terminal(),
-            started,
+            terminal: !log.quiet && !crate::log::json() && std::io::stderr().is_terminal(),
+            started: BootInstant::now(),
+            deadline,
+            progress_every,
             place: None,
             drawn_at: None,
         }
     }
 
     fn line(&self) -> String {
-        let waited = duration::display(BootInstant::now().since(self.started));
+        let key = printable(self.key);
+        let now = BootInstant::now();
+        let waited = match self.deadline {
+            Some(deadline) => format!(
+                "waited {}, {} left",
+                duration::display(now.since(self.started)),
+                duration::display(deadline.since(now))
+            ),
+            None => format!("waited {}", duration::display(now.since(self.started))),
+        };
         let Some(place) = &self.place else {
-            return format!("waiting for lock '{}'; waited {waited}", self.key);
+            return format!("waiting for lock '{key}'; {waited}");
         };
         let holder = match &place.holder {
             Some(holder) => {
+                // As of now: the server's time of the report, plus the time since.
                 let held = Duration::from_millis(place.now.saturating_sub(holder.since))
-                    + BootInstant::now().since(place.received);
+                    + now.since(place.received);
+                let note = match &holder.who.note {
+                    Some(note) => format!("; {}", printable(note)),
+                    None => String::new(),
+                };
                 format!(
-                    "held by {} pid {} ({}) for {}",
-                    holder.who.host,
+                    "held by {} pid {} ({}{note}) for {}",
+                    printable(&holder.who.host),
                     holder.who.pid,
-                    holder.who.command,
+                    printable(&holder.who.command),
                     duration::display(held)
                 )
             }
             None => "being handed over".to_owned(),
         };
         format!(
-            "waiting for lock '{}': {holder}; position {} of {}; waited {waited}",
-            self.key, place.position, place.length
+            "waiting for lock '{key}': {holder}; position {} of {}; {waited}",
+            place.position, place.length
         )
     }
 
     fn update(&mut self, place: Place) {
         let first = self.place.is_none();
         self.place = Some(place);
-        if self.terminal {
+        if self.terminal || first {
             self.draw();
-        } else if first {
-            self.log.notice(self.line());
         }
     }
 
+    /// Redraws the terminal's line every second, or prints the next progress line when due.
     fn redraw_if_due(&mut self) {
-        if self.terminal
-            && self
-                .drawn_at
-                .is_none_or(|at| BootInstant::now().since(at) >= Duration::from_secs(1))
+        let every = if self.terminal {
+            Some(Duration::from_secs(1))
+        } else {
+            self.progress_every
+        };
+        if let (Some(every), Some(drawn_at)) = (every, self.drawn_at)
+            && BootInstant::now().since(drawn_at) >= every
         {
             self.draw();
         }
     }
 
     fn draw(&mut self) {
-        let mut stderr = std::io::stderr().lock();
-        let _ = write!(stderr, "\r\x1b[Kredlock: {}", self.line());
-        let _ = stderr.flush();
+        if self.terminal {
+            let line = self.line();
+            // One column short: a line as wide as the terminal wraps on some terminals.
+            let fitted = match crate::log::terminal_width() {
+                Some(width) if line.chars().count() + "redlock: ".len() >= width => {
+                    let keep = width.saturating_sub("redlock: ".len() + 2);
+                    format!("{}…", line.chars().take(keep).collect::<String>())
+                }
+                _ => line,
+            };
+            crate::log::redraw(&fitted);
+        } else {
+            self.log.notice(self.line());
+        }
         self.drawn_at = Some(BootInstant::now());
     }
 
-    fn clear(&self) {
-        if self.terminal && self.drawn_at.is_some() {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
+    fn clear(&mut self) {
+        if self.terminal && self.drawn_at.take().is_some() {
+            crate::log::redraw("");
         }
     }
 
-    fn acquired(&self) {
+    fn acquired(&mut self) {
+        if self.place.is_none() {
+            return;
+        }
         self.clear();
         self.log.notice(format_args!(
             "acquired lock '{}' after waiting {}",
-            self.key,
+            printable(self.key),
             duration::display(BootInstant::now().since(self.started))
         ));
     }

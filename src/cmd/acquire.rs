@@ -4,14 +4,17 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, ask, busy, print_line};
+use super::{Context, ask, busy, keep_alive, lock_name, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
-use crate::events::Events;
-use crate::exit::Done;
-use crate::keys::LockName;
-use crate::lock::Lock;
+use crate::exit::{Done, Failure, fail};
+use crate::lock::{Ending, Lock};
+use crate::log::printable;
+use crate::signals::Signals;
 use crate::waiting::{self, Outcome};
+
+/// The command recorded for a lock taken by `acquire`; the pid recorded is its caller's.
+pub(super) const ACQUIRED_BY_CALLER: &str = "acquire (pid: its caller)";
 
 #[derive(Serialize)]
 struct Acquired<'a> {
@@ -19,41 +22,98 @@ struct Acquired<'a> {
     token: &'a str,
     fence: u64,
     ttl_ms: u128,
+    /// The background keeper's pid, with --keep-alive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keeper_pid: Option<u32>,
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.lock.key)?;
-    let events = Events::listen()?;
-    let session = context.connect()?;
+    let name = lock_name(&args.lock.key)?;
+    if context.inherited.stdout_closed {
+        // The token is the only way to release the lock: nobody could ever read it.
+        return Err(fail(
+            Failure::Output,
+            "stdout is closed: the token could not be printed, so the lock was not taken",
+        ));
+    }
+    let signals = Signals::block(context.inherited)?;
     let lock = Lock::new(&context.prefix, name);
-    let key = lock.name.as_str();
-    let ask = ask(&args.lock, &lock.name, args.ttl, "acquire");
-    let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
-    let (lease, mut session) = match outcome {
+    let key = printable(lock.name.as_str());
+    // The process that will release the lock is the caller (a shell script), not this one,
+    // which exits in a moment: its pid is the one worth showing.
+    let mut ask = ask(
+        context,
+        &args.lock,
+        &lock.name,
+        args.ttl,
+        ACQUIRED_BY_CALLER,
+    )?;
+    ask.who.pid = nix::unistd::getppid().as_raw().unsigned_abs();
+    let held = match waiting::acquire(&signals, &context.target, &lock, &ask, context.log)? {
         Outcome::Busy { holder, now } => {
-            return Err(busy(key, holder.as_ref(), now, args.lock.wait));
+            return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
         }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
-        Outcome::Acquired { lease, session, .. } => (lease, session),
+        Outcome::Acquired(held) => held,
+    };
+    let (lease, mut session) = (held.lease, held.session);
+    let keeper_pid = if args.keep_alive {
+        let started = keep_alive::start(
+            context,
+            lock.name.as_str(),
+            &lease.token,
+            args.ttl,
+            args.max_hold,
+            args.while_pid,
+            args.lock.replicas,
+        );
+        match started {
+            Ok(pid) => Some(pid),
+            Err(err) => {
+                lock.release(
+                    &mut session,
+                    &lease.token,
+                    Duration::ZERO,
+                    &Ending::default(),
+                )?;
+                return Err(err.context(format!("lock '{key}' released again")));
+            }
+        }
+    } else {
+        None
     };
     let output = if args.json {
         serde_json::to_string(&Acquired {
-            key,
+            key: lock.name.as_str(),
             token: lease.token.as_str(),
             fence: lease.fence,
             ttl_ms: lease.ttl.as_millis(),
+            keeper_pid,
         })?
     } else {
         lease.token.as_str().to_owned()
     };
     // A token nobody can read is a lock nobody can release: give it back.
     if let Err(err) = print_line(output) {
-        lock.release(&mut session, &lease.token, Duration::ZERO)?;
+        lock.release(
+            &mut session,
+            &lease.token,
+            Duration::ZERO,
+            &Ending::default(),
+        )?;
         return Err(err.context(format!("lock '{key}' released again")));
     }
     // A signal that came with the grant: the caller is gone, so is the lock.
-    if let Some(signal) = events.pending_signal() {
-        lock.release(&mut session, &lease.token, Duration::ZERO)?;
+    if let Some(signal) = signals
+        .read()
+        .filter(|signal| crate::signals::terminates(*signal))
+    {
+        lock.release(
+            &mut session,
+            &lease.token,
+            Duration::ZERO,
+            &Ending::default(),
+        )?;
         return Ok(Done::Interrupted(signal));
     }
     context.log.step(format_args!(

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
+use super::history::{RunView, last_run_line};
 use super::{Context, elapsed, print_line, printable, rfc3339, table};
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
-use crate::keys::LockName;
 use crate::lock::{Holder, Identity, Lock, LockState};
 
 #[derive(Serialize)]
@@ -21,8 +21,18 @@ pub(super) struct LockView<'a> {
     /// Last fencing token issued for this name (held or not).
     fence: Option<u64>,
     holders: Vec<HolderView<'a>>,
+    /// Live holders in all, present only when `holders` does not list them all (a semaphore
+    /// with more than `INSPECT_HOLDERS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder_count: Option<usize>,
     /// Queued waiters, in the order they will get the lock.
     waiters: Vec<WaiterView<'a>>,
+    /// Entries in the queue, present only when `waiters` does not list them all (a long queue
+    /// shows its head; a dead waiter's entry counts until it reaches the head).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_length: Option<usize>,
+    /// The latest hold that is over (see `history`); null when the history has none.
+    last_run: Option<RunView<'a>>,
 }
 
 #[derive(Serialize)]
@@ -55,7 +65,7 @@ impl<'a> LockView<'a> {
     pub(super) fn new(state: &'a LockState) -> Self {
         Self {
             key: state.name.as_str(),
-            state: if state.holders.is_empty() {
+            state: if state.holder_count == 0 {
                 "free"
             } else {
                 "held"
@@ -82,6 +92,12 @@ impl<'a> LockView<'a> {
                     ttl_left_ms: holder.exp.saturating_sub(state.now),
                 })
                 .collect(),
+            holder_count: (state.holder_count != state.holders.len()).then_some(state.holder_count),
+            queue_length: (state.queue_length != state.waiters.len()).then_some(state.queue_length),
+            last_run: state
+                .last_run
+                .as_ref()
+                .map(|entry| RunView::new(entry, state.now)),
             waiters: state
                 .waiters
                 .iter()
@@ -114,17 +130,16 @@ pub(super) fn mode_summary(state: &LockState) -> String {
     match (lock_mode(state), state.holders.first()) {
         (Some("semaphore"), Some(first)) => format!(
             "semaphore, {} of {} permits taken",
-            state.holders.len(),
-            first.limit
+            state.holder_count, first.limit
         ),
-        (Some("shared"), _) => format!("shared by {}", state.holders.len()),
+        (Some("shared"), _) => format!("shared by {}", state.holder_count),
         (Some(mode), _) => mode.to_owned(),
         (None, _) => "free".to_owned(),
     }
 }
 
 /// Table cells describing one holder: mode, host, pid, user, command, since, held, ttl left,
-/// fence.
+/// fence, note.
 pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     let mode = if holder.count > 1 {
         format!("{} ×{}", holder.mode, holder.count)
@@ -138,6 +153,12 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
         holder.fence.to_string(),
+        holder
+            .who
+            .note
+            .as_deref()
+            .map(printable)
+            .unwrap_or_default(),
     ]);
     cells
 }
@@ -152,12 +173,12 @@ fn who_cells(who: &Identity) -> [String; 4] {
     ]
 }
 
-pub(super) const HOLDER_HEADER: [&str; 9] = [
-    "MODE", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "FENCE",
+pub(super) const HOLDER_HEADER: [&str; 10] = [
+    "MODE", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "FENCE", "NOTE",
 ];
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.key)?;
+    let name = super::lock_name(&args.key)?;
     let mut session = context.connect()?;
     let state = Lock::new(&context.prefix, name).inspect(&mut session)?;
     if args.json {
@@ -182,6 +203,12 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
                         .map(|holder| holder_cells(holder, state.now)),
                 );
                 print_line(table(&rows))?;
+                if state.holder_count > state.holders.len() {
+                    print_line(format_args!(
+                        "... and {} more holders",
+                        state.holder_count - state.holders.len()
+                    ))?;
+                }
             }
         }
         if !state.waiters.is_empty() {
@@ -195,6 +222,7 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
                     "COMMAND",
                     "WAITING SINCE",
                     "WAITED",
+                    "NOTE",
                 ]
                 .map(str::to_owned)
                 .to_vec(),
@@ -205,13 +233,29 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
                 cells.extend([
                     rfc3339(waiter.since),
                     duration::display(elapsed(waiter.since, state.now)),
+                    waiter
+                        .who
+                        .note
+                        .as_deref()
+                        .map(printable)
+                        .unwrap_or_default(),
                 ]);
                 cells
             }));
             print_line(table(&rows))?;
         }
+        if state.queue_length > state.waiters.len() {
+            print_line(format_args!(
+                "{} entries in the queue; the first {} live waiters are shown",
+                state.queue_length,
+                state.waiters.len()
+            ))?;
+        }
+        if let Some(entry) = &state.last_run {
+            print_line(last_run_line(entry, state.now))?;
+        }
     }
-    Ok(if state.holders.is_empty() {
+    Ok(if state.holder_count == 0 {
         Done::Reported(Failure::Free)
     } else {
         Done::Success

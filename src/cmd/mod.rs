@@ -4,9 +4,13 @@
 
 mod acquire;
 mod completions;
+mod doctor;
 mod extend;
+mod history;
 mod inspect;
+mod keep_alive;
 mod list;
+mod man;
 mod release;
 mod run;
 
@@ -17,33 +21,39 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
 
-use crate::cli::{Cli, Command, Global, LockArgs};
-use crate::conn::{Session, Target};
+use crate::cli::{Cli, Command, Global, LockArgs, TlsArgs};
+use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
-use crate::exit::{Done, Failure, fail};
+use crate::exit::{Done, Failure, Hint, fail};
 use crate::keys::{LockName, Prefix};
-use crate::lock::{Holder, Identity, Mode, Token};
-use crate::log::Log;
+use crate::lock::{Holder, Identity, Mode, Replicas, Token};
+use crate::log::{Log, printable};
+use crate::signals::Inherited;
 use crate::waiting::{Ask, Wait};
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// Runs the parsed command line.
-pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<Done> {
+pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
     let Cli { global, command } = cli;
-    if let Command::Completions(args) = command {
-        return completions::run(&args);
+    match &command {
+        Command::Completions(args) => return completions::run(args),
+        Command::Man(args) => return man::run(args),
+        _ => {}
     }
-    let context = Context::new(global)?;
+    let context = Context::new(global, inherited)?;
     match command {
         Command::Run(args) => run::run(&context, &args),
         Command::Acquire(args) => acquire::run(&context, &args),
         Command::Release(args) => release::run(&context, &args),
         Command::Extend(args) => extend::run(&context, &args),
         Command::Inspect(args) => inspect::run(&context, &args),
+        Command::History(args) => history::run(&context, &args),
         Command::List(args) => list::run(&context, &args),
-        Command::Completions(_) => unreachable!("handled above"),
+        Command::KeepAlive(args) => keep_alive::run(&context, &args),
+        Command::Doctor(args) => doctor::run(&context, &args),
+        Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     }
 }
 
@@ -53,13 +63,19 @@ pub(crate) struct Context {
     prefix: Prefix,
     command_timeout: Duration,
     log: Log,
+    inherited: Inherited,
+    /// How to start another redlock that reaches the same Redis the same way (the keeper of
+    /// `acquire --keep-alive`): arguments, and the environment that carries the URL and the
+    /// passwords, which never go into arguments.
+    relaunch: (Vec<std::ffi::OsString>, Vec<(String, String)>),
 }
 
 impl Context {
-    fn new(global: Global) -> anyhow::Result<Self> {
-        let prefix = Prefix::new(&global.prefix)?;
+    fn new(global: Global, inherited: Inherited) -> anyhow::Result<Self> {
+        let prefix = Prefix::new(&global.prefix).context("--prefix")?;
         let url = global
             .redis
+            .clone()
             .filter(|url| !url.is_empty())
             .or_else(|| {
                 std::env::var("REDIS_URL")
@@ -73,32 +89,140 @@ impl Context {
                 .ok()
                 .filter(|p| !p.is_empty()),
         };
+        let relaunch = relaunch(&global, &url, password.as_deref());
+        let access = Access {
+            password,
+            sentinel_password: std::env::var("REDLOCK_SENTINEL_PASSWORD")
+                .ok()
+                .filter(|p| !p.is_empty()),
+            tls: tls_options(&global.tls, global.quiet)?,
+            connect_timeout: global.connect_timeout,
+            command_timeout: global.command_timeout,
+        };
+        let target = Target::new(&url, access)
+            .with_context(|| format!("--redis {}", crate::conn::redact_url(&url)))?;
         Ok(Self {
-            target: Target::new(
-                url,
-                password,
-                global.connect_timeout,
-                global.command_timeout,
-            ),
+            target,
             prefix,
             command_timeout: global.command_timeout,
             log: Log {
                 quiet: global.quiet,
                 verbose: global.verbose > 0,
             },
+            inherited,
+            relaunch,
         })
     }
 
     fn connect(&self) -> anyhow::Result<Session> {
         let session = self.target.connect()?;
         self.log
-            .step(format_args!("connected to {}", session.server()));
+            .step(format_args!("connected to {}", self.target.redacted()));
         Ok(session)
     }
 }
 
-fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
+/// What the user can do about an error, in the terms of the command line.
+pub(crate) fn hint_text(hint: Hint) -> &'static str {
+    match hint {
+        Hint::GivePassword => "set REDLOCK_PASSWORD or use --password-file",
+        Hint::SentinelPassword => {
+            "sentinels take their password from REDLOCK_SENTINEL_PASSWORD and their user from ?sentinel_user=NAME"
+        }
+        Hint::UseMaster => "point --redis at the master",
+        // Scripts refuse foreign data before their first write.
+        Hint::OtherName => "choose another --key or --prefix (nothing was changed)",
+        Hint::UseTls => "use a rediss:// URL for TLS",
+        Hint::TrustCa => "give the CA bundle that issued it with --tls-ca",
+        Hint::ServerName => "give the name it carries with --tls-server-name",
+        Hint::ClientCert => "give one with --tls-cert and --tls-key",
+    }
+}
+
+/// The arguments and environment that reach Redis as `global` does (see `Context::relaunch`).
+fn relaunch(
+    global: &Global,
+    url: &str,
+    password: Option<&str>,
+) -> (Vec<std::ffi::OsString>, Vec<(String, String)>) {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--prefix".into(),
+        global.prefix.clone().into(),
+        "--connect-timeout".into(),
+        format!("{}ms", global.connect_timeout.as_millis()).into(),
+        "--command-timeout".into(),
+        format!("{}ms", global.command_timeout.as_millis()).into(),
+    ];
+    let tls = &global.tls;
+    for (flag, path) in [
+        ("--tls-ca", &tls.tls_ca),
+        ("--tls-cert", &tls.tls_cert),
+        ("--tls-key", &tls.tls_key),
+    ] {
+        if let Some(path) = path {
+            args.extend([flag.into(), path.clone().into_os_string()]);
+        }
+    }
+    if let Some(name) = &tls.tls_server_name {
+        args.extend(["--tls-server-name".into(), name.into()]);
+    }
+    if tls.tls_insecure {
+        args.push("--tls-insecure".into());
+    }
+    let mut env = vec![("REDLOCK_URL".to_owned(), url.to_owned())];
+    if let Some(password) = password {
+        env.push(("REDLOCK_PASSWORD".to_owned(), password.to_owned()));
+    }
+    (args, env)
+}
+
+/// The TLS options given, if any; warns about a key others can read, and loudly about
+/// `--tls-insecure`.
+fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>> {
+    let options = TlsOptions {
+        ca: args.tls_ca.clone(),
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+        server_name: args.tls_server_name.clone(),
+        insecure: args.tls_insecure,
+    };
+    let given = options.ca.is_some()
+        || options.cert.is_some()
+        || options.server_name.is_some()
+        || options.insecure;
+    if !given {
+        return Ok(None);
+    }
+    if let Some(key) = &options.key {
+        warn_if_readable_by_others(key, "--tls-key", quiet)?;
+    }
+    if options.insecure && !quiet {
+        crate::log::warning(
+            "--tls-insecure: the server's certificate is not verified; anyone on the path can pose as the server and read the password",
+        );
+    }
+    Ok(Some(options))
+}
+
+/// Warns when `path` (a secret) can be read by group or others; an unreadable file is an error.
+fn warn_if_readable_by_others(path: &Path, flag: &str, quiet: bool) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
+    let shown = path.display();
+    let mode = std::fs::metadata(path)
+        .and_then(|meta| std::fs::File::open(path).map(|_| meta))
+        .map_err(|err| fail(Failure::Usage, format!("{flag} {shown}: {err}")))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 && !quiet {
+        crate::log::warning(format_args!(
+            "{flag} {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
+            mode & 0o777
+        ));
+    }
+    Ok(())
+}
+
+fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|err| fail(Failure::Usage, format!("--password-file {shown}: {err}")))?;
@@ -109,35 +233,17 @@ fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
             format!("--password-file {shown}: the first line is empty"),
         ));
     }
-    let mode = std::fs::metadata(path).map_or(0, |meta| meta.permissions().mode());
-    if mode & 0o077 != 0 && !quiet {
-        crate::log::line(format_args!(
-            "warning: --password-file {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
-            mode & 0o777
-        ));
-    }
+    warn_if_readable_by_others(path, "--password-file", quiet)?;
     Ok(password)
 }
 
-/// Writes `text` and a newline to stdout, reporting a closed pipe as an error instead of panicking.
+/// Writes `text` and a newline to stdout, reporting a closed pipe as an error (exit 74)
+/// instead of panicking.
 fn print_line(text: impl Display) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())
-        .context("writing to stdout")
-}
-
-/// Replaces control characters, so data read from Redis cannot drive the terminal.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+        .map_err(|err| fail(Failure::Output, format!("writing to stdout: {err}")))
 }
 
 fn elapsed(from_ms: u64, to_ms: u64) -> Duration {
@@ -148,10 +254,23 @@ fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
+/// The lock named by `--key`, which every JSON log line names from now on.
+fn lock_name(key: &str) -> anyhow::Result<LockName> {
+    let name = LockName::new(key).context("--key")?;
+    crate::log::set_key(name.as_str());
+    Ok(name)
+}
+
 /// What `run` or `acquire` asks for: the mode flags, the wait, and re-entry when this process
 /// runs under `run` of the same lock (REDLOCK_KEY names it, REDLOCK_TOKEN holds it) and
 /// `--no-reenter` was not given.
-fn ask(args: &LockArgs, name: &LockName, ttl: Duration, command: &str) -> Ask {
+fn ask(
+    context: &Context,
+    args: &LockArgs,
+    name: &LockName,
+    ttl: Duration,
+    command: &str,
+) -> anyhow::Result<Ask> {
     let mode = match (args.shared, args.limit) {
         (_, Some(limit)) => Mode::Semaphore(limit),
         (true, None) => Mode::Shared,
@@ -159,17 +278,68 @@ fn ask(args: &LockArgs, name: &LockName, ttl: Duration, command: &str) -> Ask {
     };
     let nested =
         !args.no_reenter && std::env::var("REDLOCK_KEY").ok().as_deref() == Some(name.as_str());
-    Ask {
+    let mut who = Identity::current(command);
+    who.note = match &args.note {
+        Some(note) => Some(checked_note(note)?),
+        None => ci_job_url(),
+    };
+    Ok(Ask {
         ttl,
         mode,
-        who: Identity::current(command),
+        who,
         wait: args.wait,
         reenter: std::env::var("REDLOCK_TOKEN")
             .ok()
             .filter(|_| nested)
             .and_then(|token| Token::parse(&token).ok()),
         renews: false,
+        progress_every: args.progress_every.0,
+        replicas: args
+            .replicas
+            .map(|count| Replicas::within(count, context.command_timeout)),
+    })
+}
+
+/// Longest `--note`, in bytes.
+const MAX_NOTE: usize = 500;
+
+/// `--note` as given, or the usage error saying why not.
+fn checked_note(note: &str) -> anyhow::Result<String> {
+    if note.len() > MAX_NOTE {
+        return Err(fail(
+            Failure::Usage,
+            format!("--note: {} bytes long; the limit is {MAX_NOTE}", note.len()),
+        ));
     }
+    if note.chars().any(char::is_control) {
+        return Err(fail(
+            Failure::Usage,
+            format!(
+                "--note \"{}\": control characters are not allowed",
+                note.escape_debug()
+            ),
+        ));
+    }
+    Ok(note.to_owned())
+}
+
+/// The URL of the CI job this runs in, from the variables GitHub Actions, GitLab CI, Jenkins
+/// and Buildkite set; `None` outside CI (or when the value would not be a valid note).
+fn ci_job_url() -> Option<String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    let github = || {
+        Some(format!(
+            "{}/{}/actions/runs/{}",
+            var("GITHUB_SERVER_URL")?,
+            var("GITHUB_REPOSITORY")?,
+            var("GITHUB_RUN_ID")?
+        ))
+    };
+    github()
+        .or_else(|| var("CI_JOB_URL"))
+        .or_else(|| var("BUILDKITE_BUILD_URL"))
+        .or_else(|| var("BUILD_URL"))
+        .filter(|url| checked_note(url).is_ok())
 }
 
 /// The error for a lock that stayed busy: names the holder, and the wait if there was one.
@@ -195,8 +365,12 @@ fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Err
 
 /// One line naming a holder, for busy notices and force-release audits.
 fn describe(holder: &Holder, now: u64) -> String {
+    let note = match &holder.who.note {
+        Some(note) => format!(" note '{}'", printable(note)),
+        None => String::new(),
+    };
     format!(
-        "{} pid {} user {} command '{}' fence {}, held for {}, expires in {}",
+        "{} pid {} user {} command '{}'{note} fence {}, held for {}, expires in {}",
         printable(&holder.who.host),
         holder.who.pid,
         printable(&holder.who.user),

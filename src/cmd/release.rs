@@ -2,14 +2,13 @@
 
 use std::time::Duration;
 
-use super::{Context, describe, print_line};
+use super::{Context, describe, lock_name, print_line};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
-use crate::keys::LockName;
-use crate::lock::{Lock, Release};
+use crate::lock::{Ending, Lock, Release};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.key)?;
+    let name = lock_name(&args.key)?;
     let mut session = context.connect()?;
     let lock = Lock::new(&context.prefix, name);
     let key = lock.name.as_str();
@@ -33,7 +32,11 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         .token
         .as_ref()
         .ok_or_else(|| fail(Failure::Usage, "--token or --force is required"))?;
-    match lock.release(&mut session, token, Duration::ZERO)? {
+    let ending = Ending {
+        exit: args.exit_status,
+        ..Ending::default()
+    };
+    match lock.release(&mut session, token, Duration::ZERO, &ending)? {
         Release::Released | Release::Kept(_) => {
             context.log.step(format_args!("released '{key}'"));
             Ok(Done::Success)

@@ -4,76 +4,72 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Context, ask, busy};
+use super::{Context, ask, busy, lock_name};
 use crate::cli::RunArgs;
 use crate::conn::redact_url;
-use crate::events::Events;
+use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::keeper::Plan;
-use crate::keys::LockName;
 use crate::lock::Lock;
+use crate::schedule::{MIN_TTL, Plan, Unfit};
+use crate::signals::Signals;
 use crate::supervisor::{self, Job};
 use crate::waiting::{self, Ask, Outcome};
-use crate::{child, duration};
+use crate::{child, log::printable};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
 const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 
 pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
-    let name = LockName::new(&args.lock.key)?;
-    let (plan, warning) = Plan::new(
-        args.ttl,
-        args.renew_every,
-        args.kill_after.unwrap_or(DEFAULT_KILL_AFTER),
-        args.kill_after.is_some(),
-        context.command_timeout,
-    )
-    .map_err(|why| fail(Failure::Usage, why))?;
-    if let Some(warning) = warning {
-        context.log.warn(warning);
-    }
+    let name = lock_name(&args.lock.key)?;
+    let plan = plan(context, args)?;
     let argv: Vec<OsString> = match &args.shell_command {
         Some(script) => vec!["sh".into(), "-c".into(), script.into()],
         None => args.command.clone(),
     };
 
-    let events = Events::listen()?;
-    let session = context.connect()?;
+    let signals = Signals::block(context.inherited)?;
     let lock = Lock::new(&context.prefix, name);
-    let key = lock.name.as_str();
+    let key = printable(lock.name.as_str());
+    let ask = ask(
+        context,
+        &args.lock,
+        &lock.name,
+        plan.ttl,
+        &command_line(&argv),
+    )?;
+    // A lock handed over is taken on its grant, unless replicas must acknowledge it: then the
+    // script call that claims it is followed by WAIT.
     let ask = Ask {
-        renews: true,
-        ..ask(&args.lock, &lock.name, plan.ttl, &command_line(&argv))
+        renews: ask.replicas.is_none(),
+        ..ask
     };
-    let outcome = waiting::acquire(&events, session, &context.target, &lock, &ask, context.log)?;
-    let (lease, confirmed, session) = match outcome {
+    let held = match waiting::acquire(&signals, &context.target, &lock, &ask, context.log)? {
         Outcome::Busy { holder, now } => {
-            return Err(busy(key, holder.as_ref(), now, args.lock.wait));
+            return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
         }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
-        Outcome::Acquired {
-            lease,
-            confirmed,
-            session,
-        } => (lease, confirmed, session),
+        Outcome::Acquired(held) => held,
     };
     context.log.step(format_args!(
         "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
-        lease.fence,
+        held.lease.fence,
         duration::display(plan.ttl),
         duration::display(plan.renew_every)
     ));
 
-    let mut remove_env = vec!["REDLOCK_PASSWORD".to_owned()];
+    let mut remove_env = vec![
+        "REDLOCK_PASSWORD".to_owned(),
+        "REDLOCK_SENTINEL_PASSWORD".to_owned(),
+    ];
     if std::env::var("REDLOCK_URL").is_ok_and(|url| redact_url(&url) != url) {
         remove_env.push("REDLOCK_URL".to_owned());
     }
     let job = Job {
         argv,
         set_env: vec![
-            ("REDLOCK_KEY".into(), key.to_owned()),
-            ("REDLOCK_TOKEN".into(), lease.token.as_str().to_owned()),
-            ("REDLOCK_FENCE".into(), lease.fence.to_string()),
+            ("REDLOCK_KEY".into(), lock.name.as_str().to_owned()),
+            ("REDLOCK_TOKEN".into(), held.lease.token.as_str().to_owned()),
+            ("REDLOCK_FENCE".into(), held.lease.fence.to_string()),
             ("REDLOCK_TTL_MS".into(), plan.ttl.as_millis().to_string()),
             ("REDLOCK_HELD".into(), "1".into()),
         ],
@@ -82,17 +78,46 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         max_runtime: args.max_runtime,
         min_hold: args.min_hold.unwrap_or_default(),
         foreground: child::owns_terminal(),
+        replicas: args.lock.replicas,
     };
-    supervisor::supervise(
-        events,
-        session,
-        &context.target,
-        &lock,
-        &lease,
-        confirmed,
-        &job,
-        context.log,
+    supervisor::supervise(&signals, &context.target, &lock, held, &job, context.log)
+}
+
+/// The timing plan for the flags given, or the usage error naming them.
+fn plan(context: &Context, args: &RunArgs) -> anyhow::Result<Plan> {
+    let kill_after = args.kill_after.unwrap_or(DEFAULT_KILL_AFTER);
+    let (plan, shortened) = Plan::new(
+        args.ttl,
+        args.renew_every,
+        kill_after,
+        context.command_timeout,
     )
+    .map_err(|unfit| {
+        let ttl = duration::display(args.ttl);
+        fail(
+            Failure::Usage,
+            match unfit {
+                Unfit::LeaseTooShort => format!(
+                    "--ttl {ttl}: run needs a lease of at least {} (renewals and the kill schedule must fit in it)",
+                    duration::display(MIN_TTL)
+                ),
+                Unfit::RenewalsTooFarApart { at_most } => format!(
+                    "--renew-every {} is too long for --ttl {ttl}: renew at most every {}",
+                    duration::display(args.renew_every.unwrap_or_default()),
+                    duration::display(at_most)
+                ),
+            },
+        )
+    })?;
+    if shortened && args.kill_after.is_some() {
+        context.log.warn(format_args!(
+            "--kill-after {} shortened to {} when the lock is lost, so the command is dead before the {} lease can lapse",
+            duration::display(kill_after),
+            duration::display(plan.loss_grace),
+            duration::display(plan.ttl)
+        ));
+    }
+    Ok(plan)
 }
 
 /// The command as a person would type it, for `inspect`.

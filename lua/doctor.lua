@@ -1,0 +1,24 @@
+-- doctor: which of the commands redlock sends, and its scripts call, the current user may not
+-- run on a lock's keys (Redis 7's redis.acl_check_cmd; nothing on older servers, which cannot
+-- ask). Read-only.
+-- Every command is asked about with a whole, valid list of arguments: Redis 7.0 reads the keys
+-- of a command from its arguments, and crashes on a command given too few.
+-- Returns {checked (1 or 0), denied command...}.
+local refused, key, arg = inputs({'sample'}, {'script_sha'})
+if refused then return refused end
+if not redis.acl_check_cmd then return {0} end
+local k = key.sample
+local checks = {
+  {'evalsha', arg.script_sha, '1', k}, {'eval', 'return 1', '1', k}, {'blpop', k, '1'},
+  {'scan', '0'}, {'ping'}, {'type', k}, {'get', k}, {'set', k, '1'}, {'time'},
+  {'hgetall', k}, {'hlen', k}, {'hget', k, 'f'}, {'hmget', k, 'f'}, {'hset', k, 'f', 'v'},
+  {'hdel', k, 'f'}, {'zcard', k}, {'zcount', k, '0', '1'}, {'zrange', k, '0', '1'},
+  {'zrangebyscore', k, '0', '1'}, {'zrank', k, 'm'}, {'zadd', k, '1', 'm'}, {'zrem', k, 'm'},
+  {'incr', k}, {'pttl', k}, {'pexpire', k, '1'}, {'pexpireat', k, '1'}, {'del', k},
+  {'rpush', k, 'v'},
+}
+local reply = {1}
+for _, check in ipairs(checks) do
+  if not redis.acl_check_cmd(unpack(check)) then reply[#reply + 1] = check[1] end
+end
+return reply

@@ -1,0 +1,27 @@
+-- refresh: keep a waiter's queue entry alive, reading nothing but that entry and its place.
+-- Returns {1, now_ms, position, length} when refreshed; {0, now_ms} when the waiter is not
+-- queued (any more): it was handed the lock (see its wake list, or call acquire to claim it),
+-- or its entry expired.
+local refused, key, arg = inputs({'queue', 'waiters'}, {'waiter', 'entry_ttl_ms'})
+if refused then return refused end
+local lock = {key = key, now = server_now()}
+
+local json, rank
+refused, json = read(key.waiters, 'HGET', key.waiters, arg.waiter)
+if refused then return refused end
+local entry = decode(json)
+if json and not entry then return foreign(key.waiters, 'holds a field') end
+if entry == nil or entry.exp <= lock.now then return {0, lock.now} end
+refused, rank = read(key.queue, 'ZRANK', key.queue, arg.waiter)
+if refused then return refused end
+if not rank then return foreign(key.waiters, 'holds a field') end
+refused = may_write({
+  {'HSET', key.waiters, 'f', 'v'}, {'PEXPIREAT', key.waiters, '1'}, {'PEXPIREAT', key.queue, '1'},
+})
+if refused then return refused end
+
+-- From here on, writes.
+entry.exp = lock.now + tonumber(arg.entry_ttl_ms)
+put_entry(lock, arg.waiter, entry)
+settle(lock)
+return {1, lock.now, rank + 1, redis.call('ZCARD', key.queue)}

@@ -1,0 +1,128 @@
+//! `redlock history`: a lock's last holds, newest first, as a table or as JSON (a documented
+//! contract: README "JSON output"). `inspect` shows the latest finished one the same way.
+
+use serde::Serialize;
+
+use super::{Context, elapsed, lock_name, print_line, printable, rfc3339, table};
+use crate::cli::HistoryArgs;
+use crate::duration;
+use crate::exit::{Done, Failure};
+use crate::lock::{HistoryEntry, Identity, Lock};
+use crate::signals;
+
+/// One hold, as `history --json` and `inspect --json` (`last_run`) print it.
+#[derive(Serialize)]
+pub(super) struct RunView<'a> {
+    fence: u64,
+    mode: &'a str,
+    #[serde(flatten)]
+    who: &'a Identity,
+    since: String,
+    since_ms: u64,
+    /// When the hold ended (its lease's end, when it expired); null while it is held.
+    ended: Option<String>,
+    ended_ms: Option<u64>,
+    /// From start to end, or to now while held.
+    duration_ms: u64,
+    /// `holding`, `released`, `expired`, `forced`, `lost` or `given back`.
+    outcome: &'a str,
+    /// The command's exit code, when it exited and the holder reported it.
+    exit: Option<i32>,
+    /// The signal that killed the command, when one did and the holder reported it.
+    signal: Option<i32>,
+}
+
+impl<'a> RunView<'a> {
+    pub(super) fn new(entry: &'a HistoryEntry, now: u64) -> Self {
+        let end = entry.end(now);
+        Self {
+            fence: entry.fence,
+            mode: &entry.mode,
+            who: &entry.who,
+            since: rfc3339(entry.since),
+            since_ms: entry.since,
+            ended: end.map(rfc3339),
+            ended_ms: end,
+            duration_ms: end.unwrap_or(now).saturating_sub(entry.since),
+            outcome: entry.status(now),
+            exit: entry.exit,
+            signal: entry.signal,
+        }
+    }
+}
+
+/// How the command ended, as far as the holder said: `exit 0`, `SIGTERM`, or `-`.
+pub(super) fn how_it_ended(entry: &HistoryEntry) -> String {
+    match (entry.exit, entry.signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => signals::name(signal),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+/// One line for `inspect`: the latest hold that is over.
+pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
+    let end = entry.end(now).unwrap_or(now);
+    let mut line = format!(
+        "last run: fence {}, {} pid {} ({}), {} {} ago after {}",
+        entry.fence,
+        printable(&entry.who.host),
+        entry.who.pid,
+        printable(&entry.who.command),
+        entry.status(now),
+        duration::display(elapsed(end, now)),
+        duration::display(elapsed(entry.since, end)),
+    );
+    if entry.exit.is_some() || entry.signal.is_some() {
+        line.push_str(&format!(", {}", how_it_ended(entry)));
+    }
+    if let Some(note) = &entry.who.note {
+        line.push_str(&format!("; note: {}", printable(note)));
+    }
+    line
+}
+
+pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
+    let name = lock_name(&args.key)?;
+    let mut session = context.connect()?;
+    let lock = Lock::new(&context.prefix, name);
+    let (now, mut entries) = lock.history(&mut session)?;
+    entries.reverse();
+    if args.json {
+        let views: Vec<RunView<'_>> = entries.iter().map(|e| RunView::new(e, now)).collect();
+        print_line(serde_json::to_string_pretty(&views)?)?;
+    } else if !entries.is_empty() {
+        let mut rows = vec![
+            [
+                "FENCE", "SINCE", "DURATION", "OUTCOME", "EXIT", "HOST", "PID", "USER", "COMMAND",
+                "NOTE",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ];
+        for entry in &entries {
+            let end = entry.end(now).unwrap_or(now);
+            rows.push(vec![
+                entry.fence.to_string(),
+                rfc3339(entry.since),
+                duration::display(elapsed(entry.since, end)),
+                entry.status(now).to_owned(),
+                how_it_ended(entry),
+                printable(&entry.who.host),
+                entry.who.pid.to_string(),
+                printable(&entry.who.user),
+                printable(&entry.who.command),
+                entry.who.note.as_deref().map(printable).unwrap_or_default(),
+            ]);
+        }
+        print_line(table(&rows))?;
+    }
+    if entries.is_empty() {
+        context.log.notice(format_args!(
+            "lock '{}' has no history (never taken, or not for 30 days)",
+            printable(lock.name.as_str())
+        ));
+        return Ok(Done::Reported(Failure::Free));
+    }
+    Ok(Done::Success)
+}

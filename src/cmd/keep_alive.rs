@@ -1,0 +1,92 @@
+//! The hidden `redlock keep-alive`: the background keeper that `acquire --keep-alive` starts,
+//! and the code in `acquire` that starts it. The token comes in REDLOCK_TOKEN and the
+//! passwords in their variables, never in arguments.
+
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+
+use nix::unistd::Pid;
+
+use super::{Context, lock_name};
+use crate::cli::KeepAliveArgs;
+use crate::clock::BootInstant;
+use crate::exit::{Done, Failure, fail};
+use crate::keep::{self, Ended, Keep};
+use crate::lock::{Lock, Token};
+use crate::schedule::Plan;
+use crate::signals::Signals;
+
+pub(super) fn run(context: &Context, args: &KeepAliveArgs) -> anyhow::Result<Done> {
+    let name = lock_name(&args.key)?;
+    let token = std::env::var("REDLOCK_TOKEN")
+        .ok()
+        .and_then(|token| Token::parse(&token).ok())
+        .ok_or_else(|| {
+            fail(
+                Failure::Usage,
+                "keep-alive needs the token in REDLOCK_TOKEN",
+            )
+        })?;
+    let (plan, _) = Plan::new(args.ttl, None, args.ttl, context.command_timeout)
+        .map_err(|_| fail(Failure::Usage, "the lease is too short to keep alive"))?;
+    let keep = Keep {
+        plan,
+        until: BootInstant::now() + args.max_hold,
+        while_pid: args
+            .while_pid
+            .map(|pid| Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))),
+        replicas: args.replicas,
+    };
+    let signals = Signals::block(context.inherited)?;
+    let lock = Lock::new(&context.prefix, name);
+    match keep::keep(&signals, &context.target, &lock, &token, &keep, context.log)? {
+        Ended::Signal(signal) => Ok(Done::Interrupted(signal)),
+        Ended::Released | Ended::PidGone | Ended::TimeUp => Ok(Done::Success),
+        Ended::Lapsed => Ok(Done::Reported(Failure::Lost)),
+    }
+}
+
+/// Starts the keeper of `token`, detached: its own process group, no terminal, standard
+/// descriptors on /dev/null (a `$(redlock acquire ...)` must not wait for it). Returns its pid.
+pub(super) fn start(
+    context: &Context,
+    key: &str,
+    token: &Token,
+    ttl: std::time::Duration,
+    max_hold: std::time::Duration,
+    while_pid: Option<u32>,
+    replicas: Option<u32>,
+) -> anyhow::Result<u32> {
+    let exe = std::env::current_exe().map_err(|err| {
+        fail(
+            Failure::System,
+            format!("cannot find redlock's own program: {err}"),
+        )
+    })?;
+    let (args, env) = &context.relaunch;
+    let mut command = Command::new(exe);
+    command
+        .args(args)
+        .args(["keep-alive", "--key", key])
+        .arg("--ttl")
+        .arg(format!("{}ms", ttl.as_millis()))
+        .arg("--max-hold")
+        .arg(format!("{}ms", max_hold.as_millis()));
+    if let Some(pid) = while_pid {
+        command.arg("--while-pid").arg(pid.to_string());
+    }
+    if let Some(count) = replicas {
+        command.arg("--replicas").arg(count.to_string());
+    }
+    command
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .env("REDLOCK_TOKEN", token.as_str())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    let keeper = command
+        .spawn()
+        .map_err(|err| fail(Failure::System, format!("cannot start the keeper: {err}")))?;
+    Ok(keeper.id())
+}

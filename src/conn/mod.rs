@@ -1,0 +1,570 @@
+//! Reaching Redis: the server URL and credentials, TLS, bounded connect and command timeouts,
+//! and the translation of Redis errors into outcomes with exit codes.
+//!
+//! Secrets never leave this module in clear: [`Target::redacted`] is the only form of the URL
+//! used in messages, and no Redis error text carries the password.
+
+mod sentinel;
+mod tls;
+mod transport;
+mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::{ConnectionLike, ErrorKind, RedisError, ServerErrorKind};
+
+use sentinel::Sentinels;
+use tls::Tls;
+pub use tls::TlsOptions;
+use transport::Connection;
+use url::{Address, RedisUrl, Servers};
+
+use crate::duration;
+use crate::exit::{Failure, Hint, fail, fail_no_reply, fail_with, failure_of};
+
+/// Who to log in as. The password never shows in `Debug`.
+#[derive(Clone, Default)]
+pub(crate) struct Credentials {
+    user: Option<String>,
+    password: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// Everything about reaching Redis besides the URL.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Overrides a password in the URL.
+    pub password: Option<String>,
+    /// The sentinels' own password (Sentinel URLs).
+    pub sentinel_password: Option<String>,
+    /// For `rediss://` (the system's trust store when not given).
+    pub tls: Option<TlsOptions>,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+/// Where and how to connect.
+#[derive(Clone)]
+pub struct Target {
+    servers: Servers,
+    sentinels: Option<Sentinels>,
+    dial: Arc<Dial>,
+}
+
+/// What it takes to open a connection to one server and log in: shared by a target and its
+/// sessions (which follow a Cluster's redirections to other nodes).
+struct Dial {
+    tls: Option<Arc<Tls>>,
+    credentials: Credentials,
+    db: i64,
+    /// The URL as given, password hidden: the only form shown in messages.
+    shown: String,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+}
+
+impl Dial {
+    /// A logged-in session with `address`, connecting within `timeout`.
+    fn open(self: &Arc<Self>, address: &Address, timeout: Duration) -> anyhow::Result<Session> {
+        let con = Box::new(Connection::open(address, self.tls.as_ref(), timeout)?);
+        let mut session = Session {
+            con,
+            address: address.clone(),
+            dial: Arc::clone(self),
+            cluster: false,
+            command_timeout: timeout,
+        };
+        session.set_command_timeout(timeout)?;
+        session.log_in(&self.credentials, self.db)?;
+        session.set_command_timeout(self.command_timeout)?;
+        Ok(session)
+    }
+}
+
+impl Target {
+    /// Parses `url` and checks `access` against it. Errors are usage errors that say why, and
+    /// never contain a password.
+    pub fn new(url: &str, access: Access) -> anyhow::Result<Self> {
+        let shown = redact_url(url);
+        let url = RedisUrl::parse(url)
+            .map_err(|why| fail(Failure::Usage, format!("not a Redis URL: {why}")))?;
+        let credentials = Credentials {
+            user: url.user,
+            password: access.password.or(url.password),
+        };
+        // Without a password the user would be ignored and the default user taken instead.
+        // (Not named: some clients read a lone userinfo as the password.)
+        if credentials.user.is_some() && credentials.password.is_none() {
+            return Err(fail_with(
+                Failure::Usage,
+                "the URL names a user but no password is given (a password alone is written redis://:PASSWORD@host)",
+                Hint::GivePassword,
+            ));
+        }
+        let tls = match (url.tls, access.tls) {
+            (true, options) => Some(Arc::new(Tls::new(&options.unwrap_or_default())?)),
+            (false, None) => None,
+            // Never a silent plaintext connection when TLS was asked for.
+            (false, Some(_)) => {
+                return Err(fail_with(
+                    Failure::Usage,
+                    "TLS options given for a plaintext URL",
+                    Hint::UseTls,
+                ));
+            }
+        };
+        let sentinels = match &url.servers {
+            Servers::Sentinel { sentinels, service } => Some(Sentinels {
+                addresses: sentinels.clone(),
+                service: service.clone(),
+                credentials: Credentials {
+                    user: url.sentinel_user,
+                    password: access.sentinel_password,
+                },
+            }),
+            Servers::Single(_) | Servers::Cluster { .. } => None,
+        };
+        if sentinels.as_ref().is_some_and(|sentinels| {
+            sentinels.credentials.user.is_some() && sentinels.credentials.password.is_none()
+        }) {
+            return Err(fail_with(
+                Failure::Usage,
+                "the URL names a sentinel user but no sentinel password is given",
+                Hint::SentinelPassword,
+            ));
+        }
+        Ok(Self {
+            servers: url.servers,
+            sentinels,
+            dial: Arc::new(Dial {
+                tls,
+                credentials,
+                db: url.db,
+                shown,
+                connect_timeout: access.connect_timeout,
+                command_timeout: access.command_timeout,
+            }),
+        })
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub(crate) fn redacted(&self) -> &str {
+        &self.dial.shown
+    }
+
+    /// The longest a request on a connection not yet open can take: connecting (asking each
+    /// sentinel first, or trying each seed of a Cluster, and following a redirection), logging
+    /// in, and one command. The caller's own bound on a worker that went quiet (a name lookup
+    /// has no timeout of ours).
+    pub(crate) fn request_bound(&self) -> Duration {
+        let connects = match &self.servers {
+            Servers::Single(_) => 1,
+            Servers::Sentinel { sentinels, .. } => sentinels.len() + 1,
+            Servers::Cluster { seeds } => seeds.len() + MAX_REDIRECTIONS,
+        };
+        self.dial.connect_timeout * u32::try_from(connects).unwrap_or(u32::MAX)
+            + self.dial.command_timeout
+            + Duration::from_secs(1)
+    }
+
+    /// Whether a connection may serve more than one request. Not with Sentinel: after a
+    /// failover the old master may accept writes for seconds before it is demoted, and a lease
+    /// renewed there is not the lease on the new master; each request asks the sentinels.
+    pub(crate) fn reuses_connections(&self) -> bool {
+        self.sentinels.is_none()
+    }
+
+    /// Opens a connection whose every command fails after the command timeout.
+    pub fn connect(&self) -> anyhow::Result<Session> {
+        self.connect_within(self.dial.connect_timeout)
+    }
+
+    /// Like [`Self::connect`], with a connect timeout of at most `limit`: reaching the server
+    /// (finding it through the sentinels, or reaching a seed of a Cluster, whose redirections
+    /// the session follows), the TLS handshake, and logging in.
+    pub(crate) fn connect_within(&self, limit: Duration) -> anyhow::Result<Session> {
+        let timeout = self
+            .dial
+            .connect_timeout
+            .min(limit)
+            .max(Duration::from_millis(1));
+        let open = |address: &Address| self.dial.open(address, timeout);
+        match (&self.servers, &self.sentinels) {
+            (Servers::Single(address), _) => open(address),
+            (Servers::Cluster { seeds }, _) => {
+                let mut failures = Vec::new();
+                seeds
+                    .iter()
+                    .find_map(|seed| {
+                        open(seed)
+                            .map_err(|err| failures.push(format!("{seed}: {err:#}")))
+                            .ok()
+                    })
+                    .map(|mut session| {
+                        session.cluster = true;
+                        session
+                    })
+                    .ok_or_else(|| {
+                        fail(
+                            Failure::Unavailable,
+                            format!("no seed node answered ({})", failures.join("; ")),
+                        )
+                    })
+            }
+            (_, Some(sentinels)) => sentinels.connect_master(&self.dial, timeout, open),
+            (Servers::Sentinel { .. }, None) => unreachable!("made with its sentinels"),
+        }
+        .with_context(|| format!("connecting to {}", self.dial.shown))
+    }
+}
+
+/// Redirections a Cluster request may follow (a slot moved, or moving) before it fails.
+const MAX_REDIRECTIONS: usize = 5;
+
+/// An open connection and what is needed to explain its failures and, in a Cluster, to follow
+/// them to the node that serves the lock's slot.
+pub struct Session {
+    // Boxed: sessions travel between threads inside replies.
+    con: Box<Connection>,
+    address: Address,
+    dial: Arc<Dial>,
+    /// The connection is to a Cluster node: MOVED and ASK are followed.
+    cluster: bool,
+    command_timeout: Duration,
+}
+
+impl Session {
+    /// A session with a sentinel (or any server) at `address`, not logged in.
+    fn new(
+        con: Connection,
+        address: &Address,
+        dial: &Arc<Dial>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let mut session = Self {
+            con: Box::new(con),
+            address: address.clone(),
+            dial: Arc::clone(dial),
+            cluster: false,
+            command_timeout: timeout,
+        };
+        session.set_command_timeout(timeout)?;
+        Ok(session)
+    }
+
+    /// AUTH and SELECT, within the timeout in force.
+    fn log_in(&mut self, credentials: &Credentials, db: i64) -> anyhow::Result<()> {
+        if let Some(password) = &credentials.password {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = &credentials.user {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            self.run(|con| auth.query::<()>(con))?;
+        }
+        if db != 0 {
+            self.run(|con| redis::cmd("SELECT").arg(db).query::<()>(con))?;
+        }
+        Ok(())
+    }
+
+    /// The server's role (`master`, `slave`, `sentinel`), or `None` when the user may not ask.
+    fn role(&mut self) -> anyhow::Result<Option<String>> {
+        let reply: anyhow::Result<Vec<redis::Value>> =
+            self.run(|con| redis::cmd("ROLE").query(con));
+        match reply {
+            Ok(reply) => Ok(reply
+                .first()
+                .and_then(|role| redis::from_redis_value::<String>(role.clone()).ok())),
+            Err(err) if failure_of(&err) == Some(Failure::Auth) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Runs one request; a failure becomes an error with the right outcome and the server
+    /// named. In a Cluster, a request for a slot another node serves is sent again there
+    /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran.
+    pub(crate) fn run<T>(
+        &mut self,
+        mut request: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> anyhow::Result<T> {
+        for redirection in 0..=MAX_REDIRECTIONS {
+            let err = match request(&mut *self.con) {
+                Ok(reply) => return Ok(reply),
+                Err(err) => err,
+            };
+            let follow = self.cluster && redirection < MAX_REDIRECTIONS;
+            match (err.kind(), err.redirect_node()) {
+                (ErrorKind::Server(ServerErrorKind::Moved), Some((node, _))) if follow => {
+                    let address = self.node_address(node)?;
+                    let moved = self.dial.open(&address, self.dial.connect_timeout)?;
+                    self.con = moved.con;
+                    self.address = address;
+                }
+                (ErrorKind::Server(ServerErrorKind::Ask), Some((node, _))) if follow => {
+                    let address = self.node_address(node)?;
+                    let mut there = self.dial.open(&address, self.dial.connect_timeout)?;
+                    return redis::cmd("ASKING")
+                        .query::<()>(&mut there.con)
+                        .and_then(|()| request(&mut there.con))
+                        .map_err(|err| there.explain(&err));
+                }
+                // A multi-key request during a slot's migration: soon answered elsewhere.
+                (ErrorKind::Server(ServerErrorKind::TryAgain), _) if follow => {
+                    std::thread::sleep(Duration::from_millis(50 << redirection));
+                }
+                _ => return Err(self.explain(&err)),
+            }
+        }
+        Err(fail(
+            Failure::Unavailable,
+            format!("more than {MAX_REDIRECTIONS} redirections in the Cluster"),
+        )
+        .context(self.dial.shown.clone()))
+    }
+
+    /// Sessions with every master that holds keys: in a Cluster one per master (CLUSTER
+    /// SLOTS), this one among them; elsewhere just this one. For reading every key (SCAN).
+    pub fn masters(mut self) -> anyhow::Result<Vec<Session>> {
+        if !self.cluster {
+            return Ok(vec![self]);
+        }
+        let slots: Vec<Vec<redis::Value>> =
+            self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
+        let mut addresses = Vec::new();
+        for range in &slots {
+            // [start, end, [host, port, id, ...], replicas...]
+            let master = range.get(2).and_then(|master| {
+                let parts: Vec<redis::Value> = redis::from_redis_value(master.clone()).ok()?;
+                let host: String = redis::from_redis_value(parts.first()?.clone()).ok()?;
+                let port: u16 = redis::from_redis_value(parts.get(1)?.clone()).ok()?;
+                Some(format!("{host}:{port}"))
+            });
+            let Some(master) = master else {
+                return Err(fail(
+                    Failure::Unavailable,
+                    "CLUSTER SLOTS answered something other than slot ranges",
+                )
+                .context(self.dial.shown.clone()));
+            };
+            let address = self.node_address(&master)?;
+            if !addresses.contains(&address) {
+                addresses.push(address);
+            }
+        }
+        let mut sessions = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            if address == self.address {
+                continue;
+            }
+            let mut session = self.dial.open(&address, self.dial.connect_timeout)?;
+            session.cluster = true;
+            sessions.push(session);
+        }
+        sessions.insert(0, self);
+        Ok(sessions)
+    }
+
+    /// The address of a node a redirection names (`host:port`; an empty host is this one's).
+    fn node_address(&self, node: &str) -> anyhow::Result<Address> {
+        let (host, port) = node
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .ok_or_else(|| fail(Failure::Unavailable, format!("a redirection to '{node}'")))?;
+        let host = match (&self.address, host) {
+            (Address::Tcp { host, .. }, "") => host.clone(),
+            (_, host) => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        };
+        Ok(Address::Tcp { host, port })
+    }
+
+    /// The outcome of a failed request, with the server named where that helps.
+    pub(crate) fn explain(&self, err: &RedisError) -> anyhow::Error {
+        let err = match self.con.tls_error() {
+            Some(tls) => tls::classify_tls(tls),
+            None => classify(err, self.command_timeout),
+        };
+        // A refusal about the data speaks for itself; a failure to talk names the server.
+        if failure_of(&err) == Some(Failure::Usage) {
+            err
+        } else {
+            err.context(self.dial.shown.clone())
+        }
+    }
+
+    /// Changes the bound on each later command.
+    pub(crate) fn set_command_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.command_timeout = timeout;
+        self.con
+            .set_timeout(timeout)
+            .map_err(|err| fail(Failure::Unavailable, err.to_string()))
+            .with_context(|| self.dial.shown.clone())
+    }
+
+    /// The bound on each command now in force.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+}
+
+/// Maps a Redis error to an outcome: unreachable or refusing → 69, auth/ACL → 77, bad
+/// configuration or foreign data → 64. Only what can be a bug in redlock stays without an
+/// outcome (exit 70): a Lua runtime error in its scripts, a reply it cannot decode. `timeout`
+/// is the bound that was in force, named when it ran out.
+fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
+    let code = err.code().unwrap_or_default();
+    // An error raised by a command inside a script ends with where in the script it came
+    // from, which says nothing to the user.
+    let detail = err.detail().unwrap_or_default();
+    let detail = detail
+        .split_once(" script: ")
+        .map_or(detail, |(detail, _)| detail)
+        .trim_end_matches('.');
+    let refused = |what: &str| {
+        fail(
+            Failure::Unavailable,
+            format!("the server refused the request ({what}): {code} {detail}"),
+        )
+    };
+    match err.kind() {
+        ErrorKind::AuthenticationFailed => fail(
+            Failure::Auth,
+            "authentication failed (wrong password or user)",
+        ),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            fail(Failure::Auth, format!("permission denied: {detail}"))
+        }
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => fail_with(
+            Failure::Unavailable,
+            "the server is a read-only replica",
+            Hint::UseMaster,
+        ),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::TryAgain,
+        ) => fail(
+            Failure::Unavailable,
+            format!("the server cannot serve requests now: {code} {detail}"),
+        ),
+        // A command sent before authenticating: small ones get NOAUTH, and the server drops
+        // a client whose first request has many arguments.
+        _ if code == "NOAUTH" || detail.contains("unauthenticated") => fail_with(
+            Failure::Auth,
+            "authentication required: the server needs a password",
+            Hint::GivePassword,
+        ),
+        _ if code == "WRONGPASS" => fail(
+            Failure::Auth,
+            format!("authentication failed: {code} {detail}"),
+        ),
+        // ACL checks of the commands a script calls (Redis 7 words it so).
+        _ if detail.contains("can't run this command") => fail(
+            Failure::Auth,
+            format!(
+                "permission denied inside a script ({detail}); the Redis user lacks a command redlock's scripts call"
+            ),
+        ),
+        _ if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
+        _ if code == "FENCE" => fail(Failure::Usage, format!("the lock's fence counter {detail}")),
+        _ if code == "WRONGTYPE" => fail_with(Failure::Usage, detail.to_owned(), Hint::OtherName),
+        _ if detail.contains("DB index is out of range") => {
+            fail(Failure::Usage, "the server has no database of that number")
+        }
+        _ if detail.contains("increment or decrement would overflow") => fail(
+            Failure::Usage,
+            "the lock's fence counter is at its maximum; delete it if no resource checks this lock's fences",
+        ),
+        _ if code == "OOM" => refused("out of memory: maxmemory is reached"),
+        _ if code == "MISCONF" => refused("it cannot save to disk and refuses writes"),
+        _ if code == "NOREPLICAS" => refused("too few replicas for min-replicas-to-write"),
+        _ if detail.starts_with("max number of clients reached") => fail(
+            Failure::Unavailable,
+            "the server takes no more connections (max number of clients reached)",
+        ),
+        // The request went out and no reply came: it may still run.
+        _ if err.is_timeout() => {
+            fail_no_reply(format!("no answer within {}", duration::display(timeout)))
+        }
+        _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
+        _ if err.is_io_error() || err.is_connection_dropped() => fail_no_reply(err.to_string()),
+        ErrorKind::Parse => fail(
+            Failure::Unavailable,
+            "not a Redis server: it answered with something that is not the Redis protocol",
+        ),
+        // A Lua runtime error in one of redlock's own scripts.
+        ErrorKind::Server(_) if detail.contains("user_script:") => {
+            anyhow::anyhow!("a script of redlock failed: {code} {detail}")
+        }
+        ErrorKind::Server(_) | ErrorKind::Extension => refused("an error of its own"),
+        _ => anyhow::anyhow!("unexpected error: {err}"),
+    }
+}
+
+/// Hides the password of a Redis URL: the userinfo's password part and `pass`/`password` query
+/// values become `***`. A userinfo without `:` is hidden whole, since some clients read it as
+/// the password.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if matches!(name, "pass" | "password") => {
+                        format!("{name}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:s3cret@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://s3cret@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url(":s3cret@h"), ":***@h");
+    }
+}

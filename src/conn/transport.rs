@@ -1,0 +1,264 @@
+//! One connection to one Redis server, over TCP, a Unix socket or TLS (rustls), speaking RESP
+//! through the redis crate's encoder and parser: everything that takes a `ConnectionLike`
+//! (commands, pipelines, scripts) works on it.
+//!
+//! redlock has its own connection instead of the crate's because of what the crate cannot do
+//! (docs/design.md): verify a TLS certificate against a name other than the host connected to,
+//! keep one trust store for the process instead of reloading the system's on every connect,
+//! and bound every step of a connection (connect, TLS handshake, AUTH, SELECT) by one timeout.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, RedisResult, Value};
+
+use super::tls::Tls;
+use super::url::Address;
+use crate::exit::{Failure, fail};
+
+/// The byte stream under a connection.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(tcp) => {
+                tcp.set_read_timeout(timeout)?;
+                tcp.set_write_timeout(timeout)
+            }
+            Stream::Unix(unix) => {
+                unix.set_read_timeout(timeout)?;
+                unix.set_write_timeout(timeout)
+            }
+            Stream::Tls(tls) => {
+                tls.sock.set_read_timeout(timeout)?;
+                tls.sock.set_write_timeout(timeout)
+            }
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(tcp) => tcp.read(buffer),
+            Stream::Unix(unix) => unix.read(buffer),
+            Stream::Tls(tls) => tls.read(buffer),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(tcp) => tcp.write(bytes),
+            Stream::Unix(unix) => unix.write(bytes),
+            Stream::Tls(tls) => tls.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(tcp) => tcp.flush(),
+            Stream::Unix(unix) => unix.flush(),
+            Stream::Tls(tls) => tls.flush(),
+        }
+    }
+}
+
+/// An open connection.
+pub(crate) struct Connection {
+    stream: Stream,
+    parser: redis::Parser,
+    /// A reply may be in flight (a timeout) or the stream failed: not to be reused.
+    broken: bool,
+    /// What TLS said when the stream failed: a server that refuses the client certificate
+    /// says so only after the client's side of the handshake, on the first read.
+    tls_error: Option<rustls::Error>,
+}
+
+impl Connection {
+    /// Connects to `address` (through TLS when `tls` is given) within `timeout`: resolving,
+    /// connecting and the TLS handshake. Failures carry their outcome.
+    pub(crate) fn open(
+        address: &Address,
+        tls: Option<&Arc<Tls>>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let deadline = Instant::now() + timeout;
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        let stream = match address {
+            Address::Unix(path) => {
+                let unix = UnixStream::connect(path).map_err(|err| unreachable(&err, timeout))?;
+                Stream::Unix(unix)
+            }
+            Address::Tcp { host, port } => {
+                let tcp =
+                    connect_tcp(host, *port, deadline).map_err(|err| unreachable(&err, timeout))?;
+                tcp.set_nodelay(true)
+                    .map_err(|err| unreachable(&err, timeout))?;
+                match tls {
+                    None => Stream::Tcp(tcp),
+                    Some(tls) => {
+                        tcp.set_read_timeout(Some(left()))
+                            .and_then(|()| tcp.set_write_timeout(Some(left())))
+                            .map_err(|err| unreachable(&err, timeout))?;
+                        let session = tls.session(host)?;
+                        let mut stream = rustls::StreamOwned::new(session, tcp);
+                        // The handshake now, inside the connect timeout; its errors say what
+                        // was wrong with the certificates.
+                        while stream.conn.is_handshaking() {
+                            if let Err(err) = stream.conn.complete_io(&mut stream.sock) {
+                                return Err(super::tls::classify(&err, timeout));
+                            }
+                            if Instant::now() >= deadline {
+                                return Err(fail(
+                                    Failure::Unavailable,
+                                    "no TLS handshake within the connect timeout",
+                                ));
+                            }
+                        }
+                        Stream::Tls(Box::new(stream))
+                    }
+                }
+            }
+        };
+        let connection = Self {
+            stream,
+            parser: redis::Parser::new(),
+            broken: false,
+            tls_error: None,
+        };
+        connection
+            .stream
+            .set_timeout(Some(left()))
+            .map_err(|err| unreachable(&err, timeout))?;
+        Ok(connection)
+    }
+
+    /// Bounds each later read and write.
+    pub(crate) fn set_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.stream
+            .set_timeout(Some(timeout.max(Duration::from_millis(1))))
+    }
+
+    /// The TLS error that broke the connection, if that is what broke it.
+    pub(crate) fn tls_error(&self) -> Option<&rustls::Error> {
+        self.tls_error.as_ref()
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
+        let sent = self
+            .stream
+            .write_all(bytes)
+            .and_then(|()| self.stream.flush());
+        if let Err(err) = &sent {
+            self.broken = true;
+            self.tls_error = super::tls::rustls_error(err).cloned();
+        }
+        Ok(sent?)
+    }
+
+    fn receive(&mut self) -> RedisResult<Value> {
+        let mut reader = Recording {
+            stream: &mut self.stream,
+            tls_error: &mut self.tls_error,
+        };
+        let received = self.parser.parse_value(&mut reader);
+        if received.is_err() {
+            self.broken = true;
+        }
+        received
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command(&mut self, command: &[u8]) -> RedisResult<Value> {
+        self.send(command)?;
+        self.receive()
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        commands: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.send(commands)?;
+        let mut replies = Vec::with_capacity(count);
+        for index in 0..offset + count {
+            let reply = self.receive()?;
+            if index >= offset {
+                replies.push(reply);
+            }
+        }
+        Ok(replies)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<String>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.broken
+    }
+}
+
+/// Reads from the stream, keeping the TLS error of a failed read (the parser keeps only its
+/// text).
+struct Recording<'a> {
+    stream: &'a mut Stream,
+    tls_error: &'a mut Option<rustls::Error>,
+}
+
+impl Read for Recording<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buffer).inspect_err(|err| {
+            *self.tls_error = super::tls::rustls_error(err).cloned();
+        })
+    }
+}
+
+/// Resolves `host` and connects to its addresses in turn until one answers or `deadline`.
+fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
+    let addresses: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing");
+    for address in addresses {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        match TcpStream::connect_timeout(&address, left) {
+            Ok(tcp) => return Ok(tcp),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+/// A failure to reach the server at all.
+fn unreachable(err: &io::Error, timeout: Duration) -> anyhow::Error {
+    let why = match err.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!("no answer within {}", crate::duration::display(timeout))
+        }
+        _ => err.to_string(),
+    };
+    fail(Failure::Unavailable, why)
+}

@@ -1,0 +1,320 @@
+//! Redis URLs: which servers, how to reach them, and as whom.
+//!
+//! - `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS;
+//! - `unix:///path/to/socket[?db=N]` (also `redis+unix://`);
+//! - `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db]` (and
+//!   `rediss+sentinel://`): the sentinels to ask for the master of `service`;
+//! - `redis+cluster://[user[:password]@]host[:port][,host[:port]...]` (and
+//!   `rediss+cluster://`): seed nodes of a Redis Cluster.
+//!
+//! Userinfo and path are percent-decoded; a password may also come as `?password=` (`pass`)
+//! and a user as `?user=`, as other clients accept. The userinfo is the master's (or every
+//! node's); sentinels log in as `?sentinel_user=` with their own password (see `sentinel`).
+//! The default port is 6379 (26379 for sentinels).
+
+use std::path::PathBuf;
+
+/// One server address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Address {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Address::Tcp { host, port } => write!(f, "{host}:{port}"),
+            Address::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Which servers a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Servers {
+    /// One server: the master.
+    Single(Address),
+    /// Sentinels to ask for the master of `service`.
+    Sentinel {
+        sentinels: Vec<Address>,
+        service: String,
+    },
+    /// Seed nodes of a Redis Cluster.
+    Cluster { seeds: Vec<Address> },
+}
+
+/// A parsed Redis URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RedisUrl {
+    pub(crate) servers: Servers,
+    pub(crate) tls: bool,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
+    /// The user to log in to sentinels as (`?sentinel_user=`).
+    pub(crate) sentinel_user: Option<String>,
+}
+
+const FORMS: &str = "redis://[user[:password]@]host[:port][/db], rediss://..., unix:///path, redis+sentinel://host[:port][,...]/service or redis+cluster://host[:port][,...]";
+
+impl RedisUrl {
+    /// Parses `text`; the error says why it is not a Redis URL and never contains the text
+    /// itself (it may hold a password).
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| format!("no scheme; expected {FORMS}"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let rest = rest.split_once('#').map_or(rest, |(rest, _)| rest);
+        let mut url = Self {
+            servers: Servers::Single(Address::Unix(PathBuf::new())),
+            tls: false,
+            user: None,
+            password: None,
+            db: 0,
+            sentinel_user: None,
+        };
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = decode(value)?;
+            match name {
+                "db" => url.db = parse_db(&value)?,
+                "user" | "username" => url.user = Some(value),
+                "password" | "pass" => url.password = Some(value),
+                "sentinel_user" => url.sentinel_user = Some(value),
+                other => return Err(format!("unknown query parameter '{}'", decode(other)?)),
+            }
+        }
+        match scheme {
+            "unix" | "redis+unix" => {
+                let path = decode(rest)?;
+                if path.is_empty() {
+                    return Err("no socket path; expected unix:///path/to/socket".into());
+                }
+                url.servers = Servers::Single(Address::Unix(PathBuf::from(path)));
+                return Ok(url);
+            }
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => {}
+            other => {
+                return Err(format!(
+                    "unknown scheme '{}'; expected {FORMS}",
+                    other.escape_debug()
+                ));
+            }
+        }
+        url.tls = scheme.starts_with("rediss");
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let hosts = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                match userinfo.split_once(':') {
+                    Some((user, password)) => {
+                        url.user = Some(decode(user)?).filter(|user| !user.is_empty());
+                        url.password = Some(decode(password)?);
+                    }
+                    None => url.user = Some(decode(userinfo)?).filter(|user| !user.is_empty()),
+                }
+                hosts
+            }
+            None => authority,
+        };
+        let sentinel = scheme.ends_with("+sentinel");
+        let default_port = if sentinel { 26379 } else { 6379 };
+        let addresses = hosts
+            .split(',')
+            .map(|host| parse_host(host, default_port))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut segments = path.split('/').filter(|segment| !segment.is_empty());
+        url.servers = if sentinel {
+            let service =
+                segments.next().map(decode).transpose()?.ok_or(
+                    "no service name; expected redis+sentinel://host[:port][,...]/service",
+                )?;
+            Servers::Sentinel {
+                sentinels: addresses,
+                service,
+            }
+        } else if scheme.ends_with("+cluster") {
+            Servers::Cluster { seeds: addresses }
+        } else if let [address] = &addresses[..] {
+            Servers::Single(address.clone())
+        } else {
+            return Err(
+                "several hosts in a redis:// URL; use redis+sentinel:// or redis+cluster://".into(),
+            );
+        };
+        if let Some(db) = segments.next() {
+            url.db = parse_db(&decode(db)?)?;
+        }
+        if segments.next().is_some() {
+            return Err("too many path segments".into());
+        }
+        if url.db != 0 && matches!(url.servers, Servers::Cluster { .. }) {
+            return Err("a Redis Cluster has only database 0".into());
+        }
+        if url.sentinel_user.is_some() && !sentinel {
+            return Err("sentinel_user is for redis+sentinel:// URLs".into());
+        }
+        Ok(url)
+    }
+}
+
+fn parse_db(text: &str) -> Result<i64, String> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|db| *db >= 0)
+        .ok_or_else(|| "the database must be a number".to_owned())
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`.
+fn parse_host(text: &str, default_port: u16) -> Result<Address, String> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or("an IPv6 address without its closing ']'")?;
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or("junk after an IPv6 address")?,
+                ),
+            ),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    let port = match port {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|port| *port > 0)
+            .ok_or("the port must be a number from 1 to 65535")?,
+        None => default_port,
+    };
+    Ok(Address::Tcp {
+        host: decode(host)?,
+        port,
+    })
+}
+
+/// Percent-decodes `text` as UTF-8.
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or("a '%' not followed by two hex digits")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-encoded bytes that are not UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(host: &str, port: u16) -> Address {
+        Address::Tcp {
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn single_servers() {
+        let url = RedisUrl::parse("redis://u%40x:p%3Aw@h:7000/3").unwrap();
+        assert_eq!(url.servers, Servers::Single(tcp("h", 7000)));
+        assert_eq!(url.user.as_deref(), Some("u@x"));
+        assert_eq!(url.password.as_deref(), Some("p:w"));
+        assert_eq!((url.db, url.tls), (3, false));
+        let url = RedisUrl::parse("rediss://:secret@[::1]").unwrap();
+        assert_eq!(url.servers, Servers::Single(tcp("::1", 6379)));
+        assert_eq!(
+            (url.user, url.password, url.tls),
+            (None, Some("secret".into()), true)
+        );
+        let url = RedisUrl::parse("redis://h?db=2&password=pw").unwrap();
+        assert_eq!((url.db, url.password.as_deref()), (2, Some("pw")));
+        let url = RedisUrl::parse("unix:///run/redis.sock?db=1").unwrap();
+        assert_eq!(
+            url.servers,
+            Servers::Single(Address::Unix("/run/redis.sock".into()))
+        );
+        assert_eq!(url.db, 1);
+        assert_eq!(
+            RedisUrl::parse("redis://only-user@h")
+                .unwrap()
+                .user
+                .as_deref(),
+            Some("only-user")
+        );
+    }
+
+    #[test]
+    fn sentinels_and_clusters() {
+        let url = RedisUrl::parse("redis+sentinel://:pw@s1,s2:26380,[::1]:5/mymaster/2").unwrap();
+        assert_eq!(
+            url.servers,
+            Servers::Sentinel {
+                sentinels: vec![tcp("s1", 26379), tcp("s2", 26380), tcp("::1", 5)],
+                service: "mymaster".into()
+            }
+        );
+        assert_eq!(url.db, 2);
+        let url = RedisUrl::parse("rediss+cluster://a:7000,b:7001").unwrap();
+        assert_eq!(
+            url.servers,
+            Servers::Cluster {
+                seeds: vec![tcp("a", 7000), tcp("b", 7001)]
+            }
+        );
+        assert!(url.tls);
+    }
+
+    #[test]
+    fn bad_urls_say_why_without_repeating_the_url() {
+        for (bad, why) in [
+            ("h:6379", "no scheme"),
+            ("http://h", "unknown scheme"),
+            ("redis://", "no host"),
+            ("redis://h:0", "port"),
+            ("redis://h:99999", "port"),
+            ("redis://h/x", "database"),
+            ("redis://a,b", "several hosts"),
+            ("redis+sentinel://s1", "no service"),
+            ("redis+cluster://a/1", "only database 0"),
+            ("redis://h?tls=1", "unknown query"),
+            ("redis://u:p%zz@h", "'%'"),
+            ("unix://", "no socket path"),
+            ("redis://[::1", "closing"),
+        ] {
+            let err = RedisUrl::parse(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        assert!(
+            !RedisUrl::parse("redis://u:s3cret@h/x")
+                .unwrap_err()
+                .contains("s3cret")
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! The main thread never blocks on Redis. It decides; worker threads talk to Redis. This module
+//! is how the two meet: an [`Inbox`] that the main thread waits on, which delivers both the
+//! handled signals (read from the signalfd, see `signals`) and the replies of [`Worker`]s, in
+//! one `poll`, so a signal is acted on at once whatever state Redis is in, and a reply as soon
+//! as it comes.
+//!
+//! A worker runs one job at a time: a closure that makes a request and returns the reply, which
+//! the worker posts to the inbox it was given. The main thread keeps whatever the request
+//! needs (the connection, say) between requests and moves it into the closure; the reply
+//! carries it back. A request the main thread stops waiting for (a signal came, Redis hangs)
+//! is abandoned with its connection: the worker finishes or times out on its own, and its late
+//! reply is dropped.
+
+use std::any::Any;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsFd as _;
+use std::os::unix::net::UnixStream;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::clock::BootInstant;
+use crate::exit::system;
+use crate::signals::Signals;
+
+/// What the main thread hears.
+#[derive(Debug)]
+pub(crate) enum Incoming<R> {
+    /// A handled signal arrived.
+    Signal(i32),
+    /// A worker's reply.
+    Reply(R),
+    /// A worker's job panicked: a bug in redlock.
+    Panicked(String),
+}
+
+/// Signals and replies of type `R`, waited for together.
+pub(crate) struct Inbox<'s, R> {
+    signals: &'s Signals,
+    sender: Sender<Result<R, String>>,
+    receiver: Receiver<Result<R, String>>,
+    /// Readable when a reply has been posted.
+    woken: UnixStream,
+    wake: Arc<UnixStream>,
+}
+
+/// Where a worker posts a reply: into the channel, then a byte to wake the inbox's `poll`.
+pub(crate) struct Reporter<R> {
+    sender: Sender<Result<R, String>>,
+    wake: Arc<UnixStream>,
+}
+
+impl<R> Clone for Reporter<R> {
+    fn clone(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+}
+
+impl<R> Reporter<R> {
+    fn post(&self, reply: Result<R, String>) {
+        // The inbox may be gone (an abandoned request): nobody waits for the reply.
+        let _ = self.sender.send(reply);
+        // A full pipe already wakes the inbox.
+        let _ = (&*self.wake).write(&[1]);
+    }
+}
+
+impl<'s, R> Inbox<'s, R> {
+    pub(crate) fn new(signals: &'s Signals) -> anyhow::Result<Self> {
+        let (sender, receiver) = mpsc::channel();
+        let (woken, wake) = UnixStream::pair()
+            .and_then(|(woken, wake)| {
+                woken.set_nonblocking(true)?;
+                wake.set_nonblocking(true)?;
+                Ok((woken, wake))
+            })
+            .map_err(|err| system("a socket pair", err))?;
+        Ok(Self {
+            signals,
+            sender,
+            receiver,
+            woken,
+            wake: Arc::new(wake),
+        })
+    }
+
+    pub(crate) fn reporter(&self) -> Reporter<R> {
+        Reporter {
+            sender: self.sender.clone(),
+            wake: Arc::clone(&self.wake),
+        }
+    }
+
+    /// The next signal or reply, waiting until `until` at the latest (`None` then). Waits end
+    /// at least every `clock::MAX_NAP`, since `poll` counts time on a clock that stops while
+    /// the machine is suspended: a caller that gets `None` reads the clock and decides.
+    pub(crate) fn next(&self, until: BootInstant) -> Option<Incoming<R>> {
+        if let Some(incoming) = self.ready() {
+            return Some(incoming);
+        }
+        // Rounded up, so a wait for less than a millisecond does not return at once.
+        let millis = until.nap().as_micros().div_ceil(1000);
+        let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
+        let mut fds = [
+            PollFd::new(self.signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.woken.as_fd(), PollFlags::POLLIN),
+        ];
+        // EINTR (a stop and continue) counts as a timeout: callers look at the clock anyway.
+        let _ = poll(&mut fds, timeout);
+        let mut drained = [0u8; 64];
+        while matches!((&self.woken).read(&mut drained), Ok(n) if n > 0) {}
+        self.ready()
+    }
+
+    /// A signal, else a reply, already there.
+    fn ready(&self) -> Option<Incoming<R>> {
+        if let Some(signal) = self.signals.read() {
+            return Some(Incoming::Signal(signal));
+        }
+        match self.receiver.try_recv() {
+            Ok(Ok(reply)) => Some(Incoming::Reply(reply)),
+            Ok(Err(panic)) => Some(Incoming::Panicked(panic)),
+            Err(_) => None,
+        }
+    }
+
+    /// A signal that has arrived and not been read yet, if any.
+    pub(crate) fn pending_signal(&self) -> Option<i32> {
+        self.signals.read()
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A thread that runs jobs one after another and posts their replies (see the module's text).
+/// Dropping it lets the thread end after the job it is running, without waiting for it.
+pub(crate) struct Worker {
+    jobs: Sender<Job>,
+}
+
+impl Worker {
+    pub(crate) fn start(name: &str) -> anyhow::Result<Self> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    job();
+                }
+            })
+            .map_err(|err| system("a thread", err))?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `job` after the jobs before it and posts its reply to `reporter`; a panic in it is
+    /// posted as [`Incoming::Panicked`].
+    pub(crate) fn run<R: Send + 'static>(
+        &self,
+        reporter: &Reporter<R>,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) {
+        let reporter = reporter.clone();
+        let job: Job = Box::new(move || {
+            let reply = std::panic::catch_unwind(AssertUnwindSafe(job)).map_err(panic_message);
+            reporter.post(reply);
+        });
+        // The thread only ends when this sender is dropped.
+        let _ = self.jobs.send(job);
+    }
+}
+
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a worker thread panicked".to_owned())
+}
