@@ -250,7 +250,7 @@ fn a_server_that_never_answers_exits_69_in_bounded_time() {
         .env("REDLOCK_URL", &url)
         .args_timeouts("500ms", "700ms")
         .run();
-    out.code(69).one_line_error("no answer within");
+    given_up(&out);
     assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
 
     // Same through a password handshake, which the connect timeout also bounds.
@@ -272,8 +272,21 @@ fn a_stopped_server_exits_69_in_bounded_time() {
         .args_timeouts("500ms", "700ms")
         .run();
     crate::util::send_signal(server.pid(), "CONT");
-    out.code(69).one_line_error("no answer within");
+    given_up(&out);
     assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+}
+
+/// An acquisition whose request got no answer exits 69, and says that it could not cancel
+/// the request either, and what that may leave.
+#[track_caller]
+fn given_up(out: &crate::util::Output) {
+    out.code(69)
+        .stderr_contains("could not leave the queue of lock 'k' or cancel the request in flight")
+        .stderr_contains("a lock it may have taken within 10.0s");
+    let last = out.stderr.lines().last().unwrap_or_default();
+    if !last.starts_with("redlock: ") || !last.contains("no answer within 700ms") {
+        out.fail("the last line should be the error");
+    }
 }
 
 #[test]
@@ -411,7 +424,7 @@ impl Timeouts for Redlock {
 }
 
 /// The ACL the README documents for redlock's own user.
-const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +exists +get +time +hgetall +hdel +hset +incr +pexpire +del +rpush +ping";
+pub(crate) const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +get +time +hgetall +hlen +hget +hmget +hset +hdel +zcard +zcount +zrange +zrangebyscore +zrank +zadd +zrem +incr +set +pttl +pexpire +pexpireat +del +rpush +ping";
 
 #[test]
 fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
@@ -443,6 +456,19 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
     as_locker(&["release", "--key", "k", "--force"])
         .run()
         .code(0);
+    // --replicas needs WAIT, which the minimal list leaves out: the lock taken is given back.
+    as_locker(&["acquire", "--key", "w", "--ttl", "10s", "--replicas", "1"])
+        .run()
+        .code(77)
+        .one_line_error("the lock was taken and given back: WAIT for replicas failed");
+    let waiter = add_user("waiter", &format!("{MINIMAL_ACL} +wait"));
+    server
+        .redlock(&["acquire", "--key", "w", "--ttl", "10s", "--replicas", "1"])
+        .env("REDLOCK_URL", &waiter)
+        .run()
+        .code(69)
+        .one_line_error("only 0 of the 1 replicas");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{w}:holders"]), 0);
 
     // No scripts allowed, or keys outside the user's pattern: permission denied, exit 77.
     let no_scripts = add_user("no-scripts", "resetkeys ~redlock:* -@all +ping +get");
@@ -460,5 +486,219 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
         .run()
         .code(77)
         .one_line_error("permission denied");
-    assert_eq!(server.keys(), ["redlock:{k}:fence"]);
+    assert_eq!(
+        server.keys_but_history(),
+        ["redlock:{k}:fence", "redlock:{w}:fence"]
+    );
+}
+
+/// A Redis user that may not block (no BLPOP) still waits, by looking at the lock twice a
+/// second, with one warning: never a loop of script calls.
+#[test]
+fn a_waiter_denied_blpop_polls_gently() {
+    let server = RedisServer::start();
+    let rules = MINIMAL_ACL.replace(" +blpop", "");
+    let mut args = vec!["ACL", "SETUSER", "noblock", "on", ">pw"];
+    args.extend(rules.split_whitespace());
+    server.cmd::<()>(&args);
+    let url = format!("redis://noblock:pw@127.0.0.1:{}", server.port);
+    let holder = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
+        .run();
+    holder.code(0);
+    let token = holder.stdout.trim().to_owned();
+    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
+    let waiter = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
+        .env("REDLOCK_URL", &url)
+        .spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    let scripts: u64 = info
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    // Twice a second, and a few for joining and the refused block.
+    assert!(scripts <= 12, "{scripts} script calls in 3 s");
+    server
+        .redlock(&["release", "--key", "k", "--token", &token])
+        .run()
+        .code(0);
+    let out = waiter.wait(Duration::from_secs(10));
+    out.code(0);
+    assert_eq!(
+        out.stderr
+            .matches("instead of waiting for a wake-up")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// Every misconfiguration a user or a server can cause has its own exit code and one line,
+/// and leaves Redis as it was: 70 is kept for bugs in redlock.
+#[test]
+fn no_known_redis_error_is_an_internal_error() {
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    let url =
+        |userinfo: &str, path: &str| format!("redis://{userinfo}127.0.0.1:{}{path}", server.port);
+    let acquire = |url: &str, key: &str| {
+        Redlock::new(&["acquire", "--key", key, "--ttl", "5s"])
+            .env("REDLOCK_URL", url)
+            .env("REDLOCK_PASSWORD", "pw")
+    };
+    let keys = || server.keys();
+
+    // No password where one is needed (a script call has too many arguments for an
+    // unauthenticated client: the server answers with a protocol error and hangs up).
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &url("", ""))
+        .run()
+        .code(77)
+        .one_line_error("the server needs a password; set REDLOCK_PASSWORD");
+    // A user but no password anywhere: refused before connecting, not the default user.
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &url("someone@", ""))
+        .run()
+        .code(64)
+        .one_line_error("the URL names a user but no password is given");
+    // A database the server does not have.
+    acquire(&url("", "/99"), "k")
+        .run()
+        .code(64)
+        .one_line_error("the server has no database of that number");
+    // A command inside a script that the ACL denies.
+    server.cmd::<()>(&[
+        "ACL",
+        "SETUSER",
+        "nohset",
+        "on",
+        ">pw",
+        "~redlock:*",
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+get",
+        "+time",
+        "+hgetall",
+        "+incr",
+        "+ping",
+    ]);
+    acquire(&url("nohset@", ""), "k")
+        .run()
+        .code(77)
+        .one_line_error("permission denied");
+    assert_eq!(
+        keys(),
+        Vec::<String>::new(),
+        "a denied script changed something"
+    );
+    // A fence counter at its maximum.
+    server.cmd::<()>(&["SET", "redlock:{f}:fence", "9223372036854775807"]);
+    acquire(&url("", ""), "f")
+        .run()
+        .code(64)
+        .one_line_error("is at its maximum");
+    assert_eq!(keys(), ["redlock:{f}:fence"]);
+    // Out of memory.
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "1"]);
+    acquire(&url("", ""), "o")
+        .run()
+        .code(69)
+        .one_line_error("out of memory");
+    server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
+    // Too few replicas for writes.
+    server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    acquire(&url("", ""), "o")
+        .run()
+        .code(69)
+        .one_line_error("too few replicas");
+    server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    assert_eq!(keys(), ["redlock:{f}:fence"]);
+
+    // A replica: not the master.
+    let replica = RedisServer::start_with(&[
+        "--replicaof",
+        "127.0.0.1",
+        &server.port.to_string(),
+        "--masterauth",
+        "pw",
+    ]);
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &replica.url())
+        .run()
+        .code(69)
+        .one_line_error("read-only replica; point --redis at the master");
+
+    // Something that is not Redis on the port.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            use std::io::Write as _;
+            let _ = stream.write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &format!("redis://127.0.0.1:{port}"))
+        .run()
+        .code(69)
+        .one_line_error("not a Redis server");
+    http.join().unwrap();
+}
+
+/// The minimal ACL is the README's, word for word, and grants every command redlock's scripts
+/// call: a script that starts calling a new command fails this test until the README says so.
+#[test]
+fn the_documented_acl_covers_every_command_the_scripts_call() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|line| line.starts_with("ACL SETUSER redlock on >PASSWORD "))
+        .expect("the README's ACL line");
+    assert_eq!(
+        line.trim_start_matches("ACL SETUSER redlock on >PASSWORD "),
+        MINIMAL_ACL
+    );
+    let granted: Vec<String> = MINIMAL_ACL
+        .split_whitespace()
+        .filter_map(|rule| rule.strip_prefix('+'))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    for entry in std::fs::read_dir(root.join("lua")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|ext| ext != "lua") {
+            continue;
+        }
+        let script = std::fs::read_to_string(&path).unwrap();
+        for piece in script
+            .split("redis.call(")
+            .skip(1)
+            .chain(script.split("redis.call, ").skip(1))
+        {
+            let Some(name) = piece
+                .strip_prefix('\'')
+                .and_then(|rest| rest.split('\'').next())
+            else {
+                continue;
+            };
+            assert!(
+                granted.contains(&name.to_ascii_lowercase()),
+                "{} calls {name}, which the documented ACL does not grant",
+                path.display()
+            );
+        }
+    }
 }

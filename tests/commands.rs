@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::util::{RedisServer, field_names, wait_until};
+use crate::util::{REDLOCK, RedisServer, field_names, wait_until};
 
 const HOLDERS: &str = "redlock:{deploy}:holders";
 const FENCE: &str = "redlock:{deploy}:fence";
@@ -20,14 +20,35 @@ fn acquire(server: &RedisServer, key: &str, ttl: &str) -> String {
     token
 }
 
+/// The fence of the first acquisition of `deploy`: the counter starts from the server's
+/// clock in microseconds (so that fences keep rising even if the counter is lost), and the
+/// first acquisition takes the next one.
+fn first_fence(server: &RedisServer) -> u64 {
+    let fence: String = server.cmd(&["GET", FENCE]);
+    let fence: u64 = fence.parse().unwrap();
+    let clock = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap();
+    assert!(
+        fence < clock && clock - fence < 60_000_000,
+        "fence {fence} was not started from the server's clock ({clock} µs)"
+    );
+    fence
+}
+
 #[test]
 fn acquire_prints_a_token_and_inspect_shows_the_holder() {
     let server = RedisServer::start();
     acquire(&server, "deploy", "30s");
+    let fence = first_fence(&server);
 
     let out = server.redlock(&["inspect", "--key", "deploy"]).run();
     out.code(0)
-        .stdout_contains("deploy: held (exclusive), last fence: 1")
+        .stdout_contains(&format!("deploy: held (exclusive), last fence: {fence}"))
         .stdout_contains("HOST")
         .stdout_contains("acquire");
 
@@ -39,13 +60,13 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
     assert_eq!(
         field_names(&view),
         [
-            "fence", "holders", "key", "limit", "mode", "state", "waiters"
+            "fence", "holders", "key", "last_run", "limit", "mode", "state", "waiters"
         ]
     );
     assert_eq!(view["key"], "deploy");
     assert_eq!(view["state"], "held");
     assert_eq!(view["mode"], "exclusive");
-    assert_eq!(view["fence"], 1);
+    assert_eq!(view["fence"], fence);
     let holder = &view["holders"][0];
     assert_eq!(
         field_names(holder),
@@ -56,6 +77,7 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
             "holds",
             "host",
             "mode",
+            "note",
             "pid",
             "since",
             "since_ms",
@@ -64,11 +86,12 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
             "user"
         ]
     );
-    assert_eq!(holder["command"], "acquire");
-    assert_eq!(holder["fence"], 1);
+    assert_eq!(holder["command"], "acquire (pid: its caller)");
+    assert_eq!(holder["fence"], fence);
     assert_eq!(holder["ttl_ms"], 30000);
     assert!(holder["ttl_left_ms"].as_u64().unwrap() <= 30000);
-    assert!(holder["pid"].as_u64().unwrap() > 0);
+    // The caller's pid (the script that will release), not acquire's own, long gone.
+    assert_eq!(holder["pid"], u64::from(std::process::id()));
     assert!(holder["since"].as_str().unwrap().ends_with('Z'));
 
     // The lease belongs to Redis: the holders key expires on its own.
@@ -119,13 +142,16 @@ fn the_holder_is_named_after_user_or_logname_or_the_uid() {
 fn busy_lock_exits_75_naming_the_holder_and_minus_e_overrides() {
     let server = RedisServer::start();
     acquire(&server, "deploy", "30s");
+    let fence = first_fence(&server);
 
     let out = server
         .redlock(&["acquire", "--key", "deploy", "--ttl", "30s"])
         .run();
     out.code(75)
         .one_line_error("lock 'deploy' is busy: held by ")
-        .stderr_contains("command 'acquire' fence 1");
+        .stderr_contains(&format!(
+            "command 'acquire (pid: its caller)' fence {fence}"
+        ));
     assert!(out.stdout.is_empty());
 
     server
@@ -148,8 +174,8 @@ fn busy_lock_exits_75_naming_the_holder_and_minus_e_overrides() {
         .run()
         .code(3);
     // A busy attempt changes nothing, not even the fence.
-    let fence: String = server.cmd(&["GET", FENCE]);
-    assert_eq!(fence, "1");
+    let after: String = server.cmd(&["GET", FENCE]);
+    assert_eq!(after, fence.to_string());
 }
 
 #[test]
@@ -166,7 +192,8 @@ fn json_acquire_and_fences_strictly_increase() {
         assert_eq!(grant["key"], "deploy");
         assert_eq!(grant["ttl_ms"], 60_000);
         let fence = grant["fence"].as_u64().unwrap();
-        assert!(fence > last, "fence {fence} after {last}");
+        // One more each time, from the first (which starts from the server's clock).
+        assert!(last == 0 || fence == last + 1, "fence {fence} after {last}");
         last = fence;
         let token = grant["token"].as_str().unwrap();
         if round % 2 == 0 {
@@ -181,7 +208,7 @@ fn json_acquire_and_fences_strictly_increase() {
                 .code(0);
         }
     }
-    assert_eq!(last, 5);
+    assert_eq!(last, first_fence(&server));
 }
 
 #[test]
@@ -210,7 +237,11 @@ fn release_is_token_checked() {
         .run()
         .code(0)
         .stderr_empty();
-    assert_eq!(server.keys(), [FENCE], "only the fence counter stays");
+    assert_eq!(
+        server.keys_but_history(),
+        [FENCE],
+        "only the fence counter stays"
+    );
 
     server
         .redlock(&["release", "--key", "deploy", "--token", &token, "-q"])
@@ -245,13 +276,14 @@ fn release_and_extend_of_an_expired_lock_exit_1_and_recreate_nothing() {
         .redlock(&["release", "--key", "deploy", "--token", &token])
         .run()
         .code(1);
-    assert_eq!(server.keys(), [FENCE]);
+    assert_eq!(server.keys_but_history(), [FENCE]);
 }
 
 #[test]
 fn a_stale_holder_cannot_release_or_extend_the_next_holders_lock() {
     let server = RedisServer::start();
     let stale = acquire(&server, "deploy", "200ms");
+    let fence = first_fence(&server);
     assert!(wait_until(Duration::from_secs(5), || {
         server
             .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "-q"])
@@ -275,7 +307,7 @@ fn a_stale_holder_cannot_release_or_extend_the_next_holders_lock() {
         .redlock(&["inspect", "--key", "deploy", "--json"])
         .run();
     out.code(0);
-    assert_eq!(out.json()["holders"][0]["fence"], 2);
+    assert_eq!(out.json()["holders"][0]["fence"], fence + 1);
 }
 
 #[test]
@@ -331,14 +363,17 @@ fn extend_renews_only_for_its_own_token() {
 fn force_release_evicts_and_reports_who() {
     let server = RedisServer::start();
     let token = acquire(&server, "deploy", "30s");
+    let fence = first_fence(&server);
 
     let out = server
         .redlock(&["release", "--key", "deploy", "--force"])
         .run();
     out.code(0)
         .stdout_contains("released 'deploy' by force, evicting ")
-        .stdout_contains("command 'acquire' fence 1");
-    assert_eq!(server.keys(), [FENCE]);
+        .stdout_contains(&format!(
+            "command 'acquire (pid: its caller)' fence {fence}"
+        ));
+    assert_eq!(server.keys_but_history(), [FENCE]);
 
     // The evicted holder finds out at its next release or extend.
     server
@@ -399,14 +434,65 @@ fn list_shows_held_locks_under_the_prefix_only() {
     server.cmd::<()>(&["HSET", "redlock:{foreign}:holders", "field", "value"]);
     server.cmd::<()>(&["SET", "redlock:{plain}:holders", "x"]);
 
+    // One waiter on b-job, so that every column has something to show.
+    let waiter = server
+        .redlock(&["acquire", "--key", "b-job", "--ttl", "5s", "--wait", "20s"])
+        .spawn();
+    assert!(crate::util::wait_until(Duration::from_secs(10), || {
+        server.cmd::<i64>(&["ZCARD", "redlock:{b-job}:queue"]) == 1
+    }));
     let out = server.redlock(&["list"]).run();
+    waiter.signal("TERM");
     out.code(0);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{}", out.stdout);
-    assert!(lines[0].starts_with("KEY"));
     assert!(lines[1].starts_with("a-job "));
     assert!(lines[2].starts_with("b-job "));
     out.stderr_contains("skipping redlock:{foreign}:holders");
+    // Each cell sits under its heading.
+    let b_fence: String = server.cmd(&["GET", "redlock:{b-job}:fence"]);
+    let expected = [
+        ("KEY", "b-job"),
+        ("MODE", "exclusive"),
+        ("HOLDERS", "1"),
+        ("WAITERS", "1"),
+        ("PID", &std::process::id().to_string()),
+        ("COMMAND", "acquire (pid: its caller)"),
+        ("TTL LEFT", ""),
+        ("FENCE", &b_fence),
+    ];
+    let header = lines[0];
+    let headings: Vec<&str> = header
+        .split("  ")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "KEY", "MODE", "HOLDERS", "WAITERS", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD",
+            "TTL LEFT", "FENCE", "NOTE"
+        ],
+        "{header}"
+    );
+    for (heading, value) in expected {
+        let start = header.find(heading).unwrap();
+        let end = headings
+            .iter()
+            .map(|h| header.find(h).unwrap())
+            .find(|&at| at > start)
+            .unwrap_or(lines[2].len());
+        let cell = lines[2][start..end.min(lines[2].len())].trim();
+        if heading == "TTL LEFT" {
+            assert!(
+                cell.ends_with('s'),
+                "TTL LEFT is {cell:?} in\n{}",
+                out.stdout
+            );
+        } else {
+            assert_eq!(cell, value, "column {heading} in\n{}", out.stdout);
+        }
+    }
 
     let out = server.redlock(&["list", "--json", "-q"]).run();
     out.code(0).stderr_empty();
@@ -418,7 +504,10 @@ fn list_shows_held_locks_under_the_prefix_only() {
         .map(|lock| lock["key"].as_str().unwrap())
         .collect();
     assert_eq!(keys, ["a-job", "b-job"]);
-    assert_eq!(list[0]["holders"][0]["command"], "acquire");
+    assert_eq!(
+        list[0]["holders"][0]["command"],
+        "acquire (pid: its caller)"
+    );
 
     let out = server
         .redlock(&["list", "--json", "--prefix", "elsewhere:"])
@@ -448,7 +537,7 @@ fn odd_lock_names_are_stored_literally_under_one_hash_tag() {
             .run()
             .code(0);
     }
-    let mut keys = server.keys();
+    let mut keys = server.keys_but_history();
     keys.sort();
     // One fence per name, each with a non-empty tag that keeps lock and fence on one slot.
     assert_eq!(keys.len(), 7, "{keys:?}");
@@ -494,10 +583,311 @@ fn verbose_logs_steps_and_completions_generate() {
         .run();
     out.code(0)
         .stderr_contains("connected to redis://127.0.0.1:")
-        .stderr_contains("acquired 'deploy' (fence 1, ttl 30.0s)");
+        .stderr_contains(&format!(
+            "acquired 'deploy' (fence {}, ttl 30.0s)",
+            first_fence(&server)
+        ));
 
     for shell in ["bash", "zsh", "fish"] {
         let out = crate::util::Redlock::new(&["completions", shell]).run();
         out.code(0).stdout_contains("acquire");
     }
+}
+
+/// `acquire --keep-alive`: a background keeper renews the lease until the lock is released
+/// with its token, until the watched process exits (then it releases), or until --max-hold
+/// (then the lease runs out); `$(...)` around acquire does not wait for it.
+#[test]
+fn a_kept_lock_lives_until_released_or_its_limits() {
+    use crate::util::{alive, wait_until};
+    let server = RedisServer::start();
+    let acquire = |key: &str, extra: &[&str]| {
+        let out = server
+            .redlock(
+                &[
+                    &[
+                        "acquire",
+                        "--key",
+                        key,
+                        "--ttl",
+                        "1s",
+                        "--keep-alive",
+                        "--json",
+                    ][..],
+                    extra,
+                ]
+                .concat(),
+            )
+            .run();
+        out.code(0);
+        let json = out.json();
+        (
+            json["token"].as_str().unwrap().to_owned(),
+            u32::try_from(json["keeper_pid"].as_u64().unwrap()).unwrap(),
+        )
+    };
+    let held =
+        |key: &str| server.cmd::<i64>(&["EXISTS", &format!("redlock:{{{key}}}:holders")]) == 1;
+
+    // Renewed far past its 1 s lease, until released; then the keeper ends.
+    let (token, keeper) = acquire("released", &[]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(held("released"), "the lease was not renewed");
+    server
+        .redlock(&["release", "--key", "released", "--token", &token])
+        .run()
+        .code(0);
+    assert!(
+        wait_until(Duration::from_secs(3), || !alive(keeper)),
+        "the keeper outlived the release"
+    );
+
+    // The watched process exits: the keeper releases the lock at once.
+    let mut watched = std::process::Command::new("sleep")
+        .arg("1.5")
+        .spawn()
+        .unwrap();
+    let (_, keeper) = acquire("watched", &["--while-pid", &watched.id().to_string()]);
+    assert!(held("watched"));
+    watched.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(2), || !held("watched")),
+        "not released"
+    );
+    assert!(wait_until(Duration::from_secs(2), || !alive(keeper)));
+
+    // --max-hold: renewals stop, the keeper ends, the lease runs out.
+    let (_, keeper) = acquire("limited", &["--max-hold", "2s"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(held("limited"));
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(keeper)),
+        "the keeper outlived --max-hold"
+    );
+    assert!(wait_until(Duration::from_secs(2), || !held("limited")));
+}
+
+/// Fences keep rising when the fence counter is lost (deleted, flushed, evicted, a restart
+/// without persistence): a missing counter starts from the server's clock in microseconds.
+#[test]
+fn fences_keep_rising_when_the_counter_is_lost() {
+    let mut server = RedisServer::start();
+    let fence = |server: &RedisServer| -> u64 {
+        let out = server
+            .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "--json"])
+            .run();
+        out.code(0);
+        let token = out.json()["token"].as_str().unwrap().to_owned();
+        server
+            .redlock(&["release", "--key", "deploy", "--token", &token])
+            .run()
+            .code(0);
+        out.json()["fence"].as_u64().unwrap()
+    };
+    let mut last = fence(&server);
+    for lose in ["DEL", "FLUSHALL", "restart"] {
+        match lose {
+            "DEL" => server.cmd::<()>(&["DEL", FENCE]),
+            "FLUSHALL" => server.cmd::<()>(&["FLUSHALL"]),
+            _ => server.restart(),
+        }
+        let next = fence(&server);
+        assert!(
+            next > last,
+            "fence {next} after {last}, the counter lost by {lose}"
+        );
+        last = next;
+    }
+    // A counter at the largest integer a script can hold is refused, and nothing changes.
+    server.cmd::<()>(&["SET", FENCE, "9007199254740991"]);
+    server
+        .redlock(&["acquire", "--key", "deploy", "--ttl", "30s"])
+        .run()
+        .code(64)
+        .one_line_error("fence counter redlock:{deploy}:fence is at its maximum");
+    assert_eq!(server.keys_but_history(), [FENCE]);
+}
+
+/// A request redlock gave up on (no answer within --command-timeout: the server stopped,
+/// sleeping, or paused) still runs when the server comes back; it must take nothing. redlock
+/// marks the token given up before it exits, and the acquire script honours the mark, in
+/// whichever order the server runs the two.
+#[test]
+fn a_request_given_up_on_takes_nothing_when_it_runs_late() {
+    use crate::util::{send_signal, wait_until};
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let nothing_held = |server: &RedisServer| {
+        server.cmd::<i64>(&["EXISTS", HOLDERS]) == 0
+            && server.cmd::<i64>(&["EXISTS", "redlock:{deploy}:queue"]) == 0
+    };
+    let stall = |how: &str| -> std::thread::JoinHandle<()> {
+        let (port, how) = (server.port, how.to_owned());
+        match how.as_str() {
+            "STOP" => {
+                send_signal(server.pid(), "STOP");
+                std::thread::spawn(|| {})
+            }
+            "PAUSE" => {
+                server.cmd::<()>(&["CLIENT", "PAUSE", "2500", "WRITE"]);
+                std::thread::spawn(|| {})
+            }
+            _ => std::thread::spawn(move || {
+                let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEBUG").arg("SLEEP").arg("2.5").query(&mut con);
+            }),
+        }
+    };
+    for how in [
+        "STOP",
+        "SLEEP",
+        "PAUSE",
+        "STOP, only the acquire script cached",
+    ] {
+        for args in [
+            &["acquire", "--key", "deploy", "--ttl", "60s"][..],
+            &["acquire", "--key", "deploy", "--ttl", "60s", "--wait", "1s"],
+            &["run", "--key", "deploy", "--ttl", "60s", "--", "true"],
+        ] {
+            // The scripts are in the server's cache, as on any server in use: the late request
+            // runs, instead of failing with NOSCRIPT. Only the acquire script, at last: the
+            // cancel must run even so.
+            if how.contains("only") {
+                server.cmd::<()>(&["SCRIPT", "FLUSH"]);
+                server.cmd::<()>(&["DEL", "redlock:{warm}:holders", "redlock:{warm}:leases"]);
+                server
+                    .redlock(&["acquire", "--key", "warm", "--ttl", "1s"])
+                    .run()
+                    .code(0);
+            } else {
+                server
+                    .redlock(&["run", "--key", "warm", "--", "true"])
+                    .run()
+                    .code(0);
+            }
+            let sleeper = stall(how.split(',').next().unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+            let out = server
+                .redlock(
+                    &[
+                        &["--command-timeout", "400ms", "--connect-timeout", "400ms"][..],
+                        args,
+                    ]
+                    .concat(),
+                )
+                .run();
+            if how.starts_with("STOP") {
+                send_signal(server.pid(), "CONT");
+            }
+            sleeper.join().unwrap();
+            out.code(69);
+            // The server answers again and runs what it had buffered, in whichever order: the
+            // lock stays free.
+            assert!(wait_until(Duration::from_secs(5), || {
+                server.cmd::<String>(&["PING"]) == "PONG"
+            }));
+            std::thread::sleep(Duration::from_millis(600));
+            assert!(
+                nothing_held(&server),
+                "{how} {args:?}: a request given up on took the lock: {:?}",
+                server.keys()
+            );
+        }
+    }
+}
+
+/// `doctor` says, one line per subject, what the server does to the safety of locks, and exits
+/// 1 when anything is unsafe: an eviction policy that evicts locks, a replica, a user denied a
+/// command redlock needs.
+#[test]
+fn doctor_names_what_is_unsafe() {
+    let verdict = |out: &crate::util::Output, check: &str| -> String {
+        out.stdout
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some(check))
+            .unwrap_or_else(|| out.fail(&format!("no {check} line")))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let server = RedisServer::start();
+    let out = server.redlock(&["doctor"]).run();
+    out.code(0);
+    for (check, expected) in [
+        ("server", "ok"),
+        ("replication", "ok"),
+        ("memory", "ok"),
+        ("persistence", "warning"),
+        ("permissions", "ok"),
+    ] {
+        assert_eq!(verdict(&out, check), expected, "{check}:\n{}", out.stdout);
+    }
+    let json = server.redlock(&["doctor", "--json"]).run();
+    json.code(0);
+    assert_eq!(json.json().as_array().unwrap().len(), 5);
+
+    for (policy, expected) in [
+        ("volatile-lru", "UNSAFE"),
+        ("allkeys-lfu", "UNSAFE"),
+        ("noeviction", "ok"),
+    ] {
+        server.cmd::<()>(&["CONFIG", "SET", "maxmemory", "100mb"]);
+        server.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", policy]);
+        let out = server.redlock(&["doctor"]).run();
+        out.code(if expected == "ok" { 0 } else { 1 });
+        assert_eq!(verdict(&out, "memory"), expected, "{policy}");
+    }
+    server.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
+    server.cmd::<()>(&["CONFIG", "SET", "appendfsync", "always"]);
+    assert_eq!(
+        verdict(&server.redlock(&["doctor"]).run(), "persistence"),
+        "ok"
+    );
+
+    // A user that may not add to sorted sets, nor read INFO: the rest says "unknown".
+    let mut args = vec!["ACL", "SETUSER", "narrow", "on", ">pw"];
+    args.extend(
+        "resetkeys ~redlock:* -@all +evalsha +eval +get +set +time +hgetall +hget"
+            .split_whitespace(),
+    );
+    server.cmd::<()>(&args);
+    let out = server
+        .redlock(&["doctor"])
+        .env(
+            "REDLOCK_URL",
+            &format!("redis://narrow:pw@127.0.0.1:{}", server.port),
+        )
+        .run();
+    out.code(1).stdout_contains("zadd");
+    assert_eq!(verdict(&out, "permissions"), "UNSAFE");
+    assert_eq!(verdict(&out, "memory"), "unknown");
+
+    // A replica refuses writes.
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port.to_string()]);
+    let out = replica.redlock(&["doctor"]).run();
+    out.code(1);
+    assert_eq!(verdict(&out, "role"), "UNSAFE");
+}
+
+/// No locks: stdout stays empty (scripts count lines), and a person at a terminal is told.
+#[test]
+fn list_of_nothing_says_so_only_on_a_terminal() {
+    let server = RedisServer::start();
+    server.redlock(&["list"]).run().code(0).stderr_empty();
+    let out = std::process::Command::new("script")
+        .args(["-qfec", &format!("{REDLOCK} list"), "/dev/null"])
+        .env("REDLOCK_URL", server.url())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1) runs");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("no locks are held under prefix 'redlock:'"),
+        "{shown}"
+    );
 }

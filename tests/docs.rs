@@ -48,7 +48,7 @@ fn man_pages_are_fresh() {
 /// and EXAMPLES sections built from the same tables as `--help`; the others point to it.
 fn man_pages() -> Vec<(String, String)> {
     fn collect(cmd: &clap::Command, pages: &mut Vec<(String, String)>) {
-        for sub in cmd.get_subcommands() {
+        for sub in cmd.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             collect(sub, pages);
         }
         let man = Man::new(cmd.clone().after_long_help(None));
@@ -115,4 +115,324 @@ fn readme_lists_every_exit_code() {
             "README's exit-code table lacks {code}"
         );
     }
+}
+
+#[test]
+fn readme_lists_every_environment_variable() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Environment")
+        .expect("an Environment section")..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    for (name, _) in redlock::cli::ENVIRONMENT {
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "README's Environment section lacks {name}"
+        );
+    }
+}
+
+/// `--help`'s environment and exit-status tables: every name stands apart from its meaning,
+/// and no line is wider than 80 columns (clap would wrap it back to the margin).
+#[test]
+fn help_tables_are_aligned_and_fit_80_columns() {
+    let out = crate::util::Redlock::new(&["--help"]).run();
+    out.code(0);
+    let tables = &out.stdout[out.stdout.find("Environment:").unwrap()..];
+    let tables = &tables[..tables.find("Examples:").unwrap()];
+    for line in tables.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
+    for (name, _) in redlock::cli::ENVIRONMENT {
+        assert!(
+            tables.contains(&format!("  {name}  ")),
+            "{name} runs into its meaning:\n{tables}"
+        );
+    }
+}
+
+/// The README's JSON examples have exactly the fields `inspect --json` and `history --json`
+/// print, at every level (holders, waiters, last run).
+#[test]
+fn readme_json_examples_match_the_output() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme.find("## JSON output").unwrap()..];
+    let mut blocks = section.split("```json\n").skip(1).map(|rest| {
+        let json = &rest[..rest.find("```").unwrap()];
+        serde_json::from_str::<serde_json::Value>(json)
+            .unwrap_or_else(|err| panic!("README JSON example does not parse: {err}\n{json}"))
+    });
+    let (inspect_doc, history_doc) = (blocks.next().unwrap(), blocks.next().unwrap());
+
+    let server = crate::util::RedisServer::start();
+    server
+        .redlock(&["run", "--key", "deploy", "--", "true"])
+        .run()
+        .code(0);
+    server
+        .redlock(&[
+            "acquire", "--key", "deploy", "--ttl", "30s", "--note", "why",
+        ])
+        .run()
+        .code(0);
+    let waiter = server
+        .redlock(&["acquire", "--key", "deploy", "--ttl", "5s", "--wait", "20s"])
+        .spawn();
+    assert!(crate::util::wait_until(
+        std::time::Duration::from_secs(10),
+        || server.cmd::<i64>(&["ZCARD", "redlock:{deploy}:queue"]) == 1
+    ));
+    let inspect = server
+        .redlock(&["inspect", "--key", "deploy", "--json"])
+        .run()
+        .json();
+    let history = server
+        .redlock(&["history", "--key", "deploy", "--json"])
+        .run()
+        .json();
+    waiter.signal("TERM");
+    let fields = |value: &serde_json::Value| -> Vec<String> {
+        crate::util::field_names(value)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    for (what, documented, printed) in [
+        ("inspect", &inspect_doc, &inspect),
+        (
+            "holders[]",
+            &inspect_doc["holders"][0],
+            &inspect["holders"][0],
+        ),
+        (
+            "waiters[]",
+            &inspect_doc["waiters"][0],
+            &inspect["waiters"][0],
+        ),
+        ("last_run", &inspect_doc["last_run"], &inspect["last_run"]),
+        ("history[]", &history_doc[0], &history[0]),
+    ] {
+        assert_eq!(
+            fields(documented),
+            fields(printed),
+            "README's {what} fields"
+        );
+    }
+}
+
+/// `redlock man --install` writes exactly the committed pages, and `redlock man COMMAND`
+/// prints one.
+#[test]
+fn man_installs_every_committed_page() {
+    let dir = crate::util::TempDir::new("man");
+    crate::util::Redlock::new(&["man", "--install"])
+        .arg(dir.path())
+        .run()
+        .code(0)
+        .stdout_contains("installed");
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let names = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let installed = dir.path().join("man1");
+    assert_eq!(names(&installed), names(&committed));
+    for name in names(&committed) {
+        assert_eq!(
+            std::fs::read_to_string(installed.join(&name)).unwrap(),
+            std::fs::read_to_string(committed.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+    crate::util::Redlock::new(&["man", "run"])
+        .run()
+        .code(0)
+        .stdout_contains(".TH redlock-run 1");
+    crate::util::Redlock::new(&["man", "nosuch"])
+        .run()
+        .code(64)
+        .one_line_error("no manual page for 'nosuch'");
+}
+
+/// The first ```sh block after the paragraph starting with `lead` in the README.
+fn readme_block(lead: &str) -> String {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let from = readme
+        .find(lead)
+        .unwrap_or_else(|| panic!("README lacks {lead:?}"));
+    let block = &readme[from..];
+    let start = block.find("```sh\n").unwrap() + "```sh\n".len();
+    let end = start + block[start..].find("```").unwrap();
+    block[start..end].to_owned()
+}
+
+/// The README's script recipes, run as written (redlock's path and the job substituted).
+#[test]
+fn readme_recipes_work() {
+    use crate::util::{REDLOCK, RedisServer, TempDir};
+    let server = RedisServer::start();
+    let dir = TempDir::new("recipes");
+    // redlock on PATH, as installed.
+    let path = format!(
+        "{}:{}",
+        Path::new(REDLOCK).parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let run = |script: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .env("REDLOCK_URL", server.url())
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+
+    // A critical section whose job fails: the trap still releases the lock.
+    let section = readme_block("**A critical section in a script**")
+        .replace("./deploy.sh", "false || exit 3");
+    let out = run(&section);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        server.keys_but_history(),
+        ["redlock:{deploy}:fence"],
+        "the lock outlived the script"
+    );
+
+    // A script that wraps itself: it runs under the lock; a second copy finds it busy.
+    let wrapper = dir.path().join("report.sh");
+    let body = readme_block("**A whole script under the lock");
+    std::fs::write(
+        &wrapper,
+        format!("{body}echo \"held=$REDLOCK_HELD\"\nsleep 1\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let first = std::thread::spawn({
+        let (wrapper, url, path) = (wrapper.clone(), server.url(), path.clone());
+        move || {
+            std::process::Command::new(&wrapper)
+                .env("REDLOCK_URL", url)
+                .env("PATH", path)
+                .output()
+                .unwrap()
+        }
+    });
+    assert!(crate::util::wait_until(
+        std::time::Duration::from_secs(10),
+        || { server.cmd::<i64>(&["EXISTS", "redlock:{nightly-report}:holders"]) == 1 }
+    ));
+    let second = run(&wrapper.display().to_string());
+    assert_eq!(second.status.code(), Some(75), "{second:?}");
+    let first = first.join().unwrap();
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "held=1");
+
+    // The cron recipe's command, run twice as two hosts would: one runs, one skips quietly.
+    let cron = readme_block("**Cron on several hosts");
+    let entry = cron.lines().find(|line| line.starts_with("*/15")).unwrap();
+    let command = entry
+        .splitn(6, ' ')
+        .nth(5)
+        .unwrap()
+        .replace("/usr/local/bin/redlock", REDLOCK)
+        .replace("--password-file /etc/redlock/password ", "")
+        .replace("/opt/report/run.sh", "true");
+    for _ in 0..2 {
+        let out = run(&command);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{command}: {out:?}"
+        );
+    }
+}
+
+/// `--log-format json`: every stderr line is a JSON object whose fields are the ones the
+/// README documents, with those it marks "always" present.
+#[test]
+fn json_log_lines_follow_the_documented_schema() {
+    use crate::util::RedisServer;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme.find("### redlock's own lines as JSON").unwrap()..];
+    let rows: Vec<(String, bool)> = section
+        .lines()
+        .skip_while(|line| !line.starts_with("| field |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_owned(), cells[2] == "yes")
+        })
+        .collect();
+    assert!(rows.len() >= 5, "{rows:?}");
+    let server = RedisServer::start();
+    let holder = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
+        .run();
+    holder.code(0);
+    let mut seen = std::collections::BTreeSet::new();
+    for (args, code) in [
+        (&["-v", "run", "--key", "other", "--", "true"][..], 0),
+        (&["run", "--key", "k", "--", "true"], 75),
+        (
+            &[
+                "run",
+                "--key",
+                "k",
+                "--wait",
+                "1500ms",
+                "--progress-every",
+                "1s",
+                "--",
+                "true",
+            ],
+            75,
+        ),
+        (&["run", "--key", "k", "--tl", "1s", "--", "true"], 64),
+    ] {
+        let out = server
+            .redlock(&[&["--log-format", "json"][..], args].concat())
+            .run();
+        out.code(code);
+        for line in out.stderr.lines() {
+            let record: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|err| out.fail(&format!("not JSON ({err}): {line}")));
+            for field in crate::util::field_names(&record) {
+                assert!(
+                    rows.iter().any(|(name, _)| name == field),
+                    "{field} is not documented: {line}"
+                );
+                seen.insert(field.to_owned());
+            }
+            for (name, always) in &rows {
+                assert!(
+                    !always || record.get(name).is_some(),
+                    "{name} missing: {line}"
+                );
+            }
+            if record["level"] == "error" {
+                assert_eq!(record["exit"], code, "{line}");
+            }
+        }
+    }
+    let documented: std::collections::BTreeSet<String> =
+        rows.into_iter().map(|(name, _)| name).collect();
+    assert_eq!(
+        seen, documented,
+        "documented fields that never appear, or the reverse"
+    );
 }

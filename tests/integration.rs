@@ -4,9 +4,17 @@
 mod util;
 
 mod bad_input;
+mod cluster;
 mod commands;
 mod contention;
 mod docs;
+mod history;
 mod modes;
+mod process;
+mod recipes;
+mod replicas;
 mod run;
+mod scale;
+mod sentinel;
+mod tls;
 mod waiting;

@@ -67,7 +67,8 @@ fn ten_waiters_acquire_in_arrival_order() {
             "USER",
             "COMMAND",
             "WAITING SINCE",
-            "WAITED"
+            "WAITED",
+            "NOTE"
         ]
     );
     let first = out
@@ -95,7 +96,7 @@ fn ten_waiters_acquire_in_arrival_order() {
         .collect();
     assert_eq!(ran, (0..10).map(|n| n.to_string()).collect::<Vec<_>>());
     assert_eq!(
-        server.keys(),
+        server.keys_but_history(),
         ["redlock:{job}:fence"],
         "the queue left keys behind"
     );
@@ -307,10 +308,10 @@ fn killed_waiters_do_not_stall_the_queue() {
     assert!(!dir.path().join("dead-head").exists());
     // What the dead waiters leave (their wake lists) expires within 5 s.
     assert!(
-        wait_until(Duration::from_secs(7), || server.keys()
+        wait_until(Duration::from_secs(7), || server.keys_but_history()
             == ["redlock:{job}:fence"]),
         "left behind: {:?}",
-        server.keys()
+        server.keys_but_history()
     );
 }
 
@@ -390,7 +391,17 @@ fn a_signal_or_the_end_of_the_wait_leaves_the_queue_at_once() {
         .redlock(&["release", "--key", "job", "--token", &token])
         .run()
         .code(0);
-    assert_eq!(server.keys(), ["redlock:{job}:fence"]);
+    // Besides the fence, only the marks of the tokens given up, which expire.
+    let keys = server.keys_but_history();
+    for key in keys.iter().filter(|key| key.contains(":cancel:")) {
+        let pttl: i64 = server.cmd(&["PTTL", key]);
+        assert!(pttl > 0 && pttl <= 300_000, "{key}: PTTL {pttl}");
+    }
+    let keys: Vec<&String> = keys
+        .iter()
+        .filter(|key| !key.contains(":cancel:"))
+        .collect();
+    assert_eq!(keys, ["redlock:{job}:fence"]);
 }
 
 #[test]
@@ -493,4 +504,239 @@ fn commands_per_acquisition_do_not_grow_with_the_hold_time() {
 #[test]
 fn eight_loops_of_twenty_five_waiting_runs_never_overlap() {
     crate::run::exclusion_loops(&["--wait", "60s"]);
+}
+
+/// A Redis restart (locks and queue gone) does not end a wait: the waiter reconnects, finds its
+/// place gone, queues again and takes the lock.
+#[test]
+fn a_waiter_outlives_a_redis_restart() {
+    let mut server = RedisServer::start();
+    let dir = TempDir::new("restart");
+    let ran = dir.path().join("ran");
+    let _token = hold(&server, "60s");
+    let waiter = queue_run(&server, &format!("touch {}", ran.display()), 1);
+    server.restart();
+    let out = waiter.wait(Duration::from_secs(20));
+    out.code(0);
+    assert!(ran.exists(), "the command did not run");
+}
+
+/// A stall longer than the block and the command timeout (the server stopped while the
+/// holder's lease ends, which the first waiters block until) does not end a wait either:
+/// requests fail and are retried until the server answers, and the waiters keep their places.
+#[test]
+fn a_waiter_outlives_a_long_stall_and_keeps_its_place() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("stall");
+    let order = dir.path().join("order");
+    let _token = hold(&server, "6s");
+    let waiters: Vec<Running> = (0..2)
+        .map(|n| {
+            let running = server
+                .redlock(&[
+                    "run",
+                    "-v",
+                    "--command-timeout",
+                    "500ms",
+                    "--key",
+                    "job",
+                    "--wait",
+                    "60s",
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("echo {n} >> {}", order.display()),
+                ])
+                .spawn();
+            assert!(wait_until(Duration::from_secs(10), || waiters(&server) == n + 1));
+            running
+        })
+        .collect();
+    crate::util::send_signal(server.pid(), "STOP");
+    // Past the holder's expiry (which ends the waiters' blocks) and their timeouts.
+    std::thread::sleep(Duration::from_secs(10));
+    crate::util::send_signal(server.pid(), "CONT");
+    for waiter in waiters {
+        waiter
+            .wait(Duration::from_secs(20))
+            .code(0)
+            .stderr_contains("retrying while the wait lasts");
+    }
+    let ran = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(ran, "0\n1\n", "the queue's order was lost");
+}
+
+/// Redis gone for good: the wait ends when its time is up, with 69 (not 75: nobody answered
+/// that the lock was busy).
+#[test]
+fn a_waiter_whose_redis_never_comes_back_exits_69_when_the_wait_ends() {
+    let mut server = RedisServer::start();
+    let _token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "3s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    server.kill();
+    let out = waiter.wait(Duration::from_secs(10));
+    out.code(69).stderr_contains("connection refused");
+    assert!(
+        out.elapsed >= Duration::from_secs(3) && out.elapsed < Duration::from_secs(6),
+        "{:?}",
+        out.elapsed
+    );
+}
+
+/// A signal ends a wait within a second even when Redis hangs: while queued (leaving the queue
+/// is tried, bounded, and what could not be cleaned is said), and during the first request.
+#[test]
+fn a_signal_ends_a_wait_within_a_second_whatever_redis_does() {
+    let server = RedisServer::start();
+    let _token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&[
+            "acquire", "--key", "job", "--ttl", "10s", "--wait", "forever",
+        ])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    crate::util::send_signal(server.pid(), "STOP");
+    let sent = Instant::now();
+    waiter.signal("TERM");
+    let out = waiter.wait(Duration::from_secs(10));
+    let took = sent.elapsed();
+    out.code(143)
+        .stderr_contains("could not leave the queue of lock 'job'");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+
+    // The server is still stopped: the first request of a new waiter hangs.
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    waiter.signal("INT");
+    let out = waiter.wait(Duration::from_secs(10));
+    let took = sent.elapsed();
+    crate::util::send_signal(server.pid(), "CONT");
+    out.code(130);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+/// Without a terminal (a CI log) a waiter says where it stands when it starts and then every
+/// --progress-every, with current figures: who holds the lock and for how long, the place in
+/// the queue, the time left. A holder's command is printed with its control characters
+/// escaped.
+#[test]
+fn a_waiter_in_a_ci_log_reports_progress() {
+    let server = RedisServer::start();
+    let holder = server
+        .redlock(&["run", "--key", "job", "--", "sh", "-c", "sleep 4 # \x1b[2J"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .redlock(&["inspect", "--key", "job", "-q"])
+        .run()
+        .status
+        .success()));
+    let out = server
+        .redlock(&[
+            "acquire",
+            "--key",
+            "job",
+            "--ttl",
+            "10s",
+            "--wait",
+            "20s",
+            "--progress-every",
+            "1s",
+        ])
+        .run();
+    out.code(0);
+    holder.wait(Duration::from_secs(10)).code(0);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("redlock: waiting for lock 'job': held by "))
+        .collect();
+    assert!(lines.len() >= 3, "{}", out.stderr);
+    assert!(lines.iter().all(|line| line.contains("position 1 of 1")
+        && line.contains(" left")
+        && line.contains("\\u{1b}[2J")
+        && !line.contains('\x1b')));
+    // The holder's time grows from line to line.
+    let held: Vec<&str> = lines
+        .iter()
+        .map(|line| {
+            line.split(") for ")
+                .nth(1)
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_ne!(held.first(), held.last(), "{held:?}");
+}
+
+/// On a terminal the status line is redrawn in place and never wider than the terminal.
+#[test]
+fn the_status_line_fits_the_terminal() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let inner = format!(
+        "stty cols 60; {} acquire --key job --ttl 10s --wait 2s",
+        crate::util::REDLOCK
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .env("REDLOCK_URL", server.url())
+        .stdin(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let drawn: Vec<&str> = shown
+        .split('\r')
+        .filter_map(|part| part.strip_prefix("\x1b[K"))
+        .filter(|part| part.starts_with("redlock: waiting"))
+        .collect();
+    assert!(!drawn.is_empty(), "{shown:?}");
+    for line in drawn {
+        assert!(
+            line.chars().count() < 60,
+            "{} columns: {line:?}",
+            line.chars().count()
+        );
+    }
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+}
+
+/// A wait that runs out reports the holder as of then: "held for" counts the wait itself,
+/// although the last reply from Redis came when the wait began.
+#[test]
+fn a_wait_that_runs_out_reports_current_figures() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "60s"])
+        .run()
+        .code(0);
+    let out = server
+        .redlock(&[
+            "acquire", "--key", "job", "--ttl", "10s", "--wait", "2500ms",
+        ])
+        .run();
+    out.code(75);
+    let held = out
+        .stderr
+        .split("held for ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|figure| figure.strip_suffix('s'))
+        .and_then(|seconds| seconds.parse::<f64>().ok())
+        .unwrap_or_else(|| out.fail("no 'held for Ns' in the message"));
+    assert!(
+        held >= 2.4,
+        "held for {held}s after a 2.5s wait: {}",
+        out.stderr
+    );
 }

@@ -6,6 +6,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+pub mod pki;
+pub mod sentinel;
+
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -43,6 +47,11 @@ impl Drop for TempDir {
     }
 }
 
+/// Whether nobody listens on `port` right now.
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -57,6 +66,7 @@ pub struct RedisServer {
     pub port: u16,
     password: Option<String>,
     dir: TempDir,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -71,43 +81,95 @@ impl RedisServer {
             .position(|arg| *arg == "--requirepass")
             .map(|at| extra[at + 1].to_owned());
         let mut last_log = String::new();
+        // A Cluster node also listens on its port + 10000 (the cluster bus).
+        let cluster = extra.contains(&"--cluster-enabled");
         for _attempt in 0..5 {
             let dir = TempDir::new("redis");
-            let port = free_port();
-            let log = dir.path().join("redis.log");
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .arg("--logfile")
-                .arg(&log)
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server must be installed (the CI script installs it)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if ping(port) {
+            let mut port = free_port();
+            while cluster && (port > 55_535 || !port_is_free(port + 10_000)) {
+                port = free_port();
+            }
+            match launch(&dir, port, extra) {
+                Ok(child) => {
                     return Self {
                         child,
                         port,
                         password,
                         dir,
+                        extra: extra.iter().map(|arg| (*arg).to_owned()).collect(),
                     };
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                Err(log) => last_log = log,
             }
-            let _ = child.kill();
-            let _ = child.wait();
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
         }
         panic!("redis-server did not start after 5 attempts; last log:\n{last_log}");
+    }
+
+    /// A sentinel (`redis-server CONFIG --sentinel`) with `config` as its writable config
+    /// file, on a free port.
+    pub fn start_sentinel(config: &Path) -> Self {
+        let config = config.display().to_string();
+        let mut server = Self::start_with(&[]);
+        server.kill();
+        server.extra = vec![config, "--sentinel".to_owned()];
+        server.restart();
+        server
+    }
+
+    /// A server that also listens with TLS on [`Self::tls_port`], with `cert` (and its key)
+    /// and the CA of `pki`; `auth_clients` is `no`, `optional` or `yes`. The plaintext port
+    /// stays open for the tests' own checks.
+    pub fn start_tls(pki: &pki::Pki, cert: &str, auth_clients: &str) -> (Self, u16) {
+        let tls_port = free_port();
+        let (port, cert, key, ca) = (
+            tls_port.to_string(),
+            pki.cert(cert).display().to_string(),
+            pki.key(cert).display().to_string(),
+            pki.cert("ca").display().to_string(),
+        );
+        let server = Self::start_with(&[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            auth_clients,
+        ]);
+        (server, tls_port)
+    }
+
+    /// Kills the server (SIGKILL: nothing is saved) and starts a fresh one on the same port,
+    /// with the same arguments and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match launch(&self.dir, self.port, &extra) {
+                Ok(child) => {
+                    self.child = child;
+                    return;
+                }
+                // The port may still be held for a moment.
+                Err(log) if Instant::now() >= deadline => {
+                    panic!("redis-server did not restart on port {}:\n{log}", self.port)
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Kills the server and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if alive(self.child.id()) {
+            send_signal(self.child.id(), "CONT");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// URL without credentials.
@@ -129,7 +191,11 @@ impl RedisServer {
         if let Some(password) = &self.password {
             url = format!("redis://:{password}@127.0.0.1:{}", self.port);
         }
-        let con = redis::Client::open(url)
+        // No CLIENT SETINFO: Redis 7.0 answers it with an error, which would count in the
+        // server's error statistics that tests read.
+        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let con = redis::Client::open(info.set_redis_settings(settings))
             .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
             .expect("test client connects");
         con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -150,6 +216,14 @@ impl RedisServer {
     pub fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.cmd(&["KEYS", "*"]);
         keys.sort();
+        keys
+    }
+
+    /// Every key but the locks' histories (which outlive a hold by design, with an expiry),
+    /// sorted: what a lock leaves behind.
+    pub fn keys_but_history(&self) -> Vec<String> {
+        let mut keys = self.keys();
+        keys.retain(|key| !key.ends_with(":history"));
         keys
     }
 
@@ -194,12 +268,45 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         // A stopped server ignores SIGKILL until continued on some kernels; continue it first.
-        if alive(self.child.id()) {
-            send_signal(self.child.id(), "CONT");
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
+}
+
+/// Starts redis-server on `port` in `dir` and waits until it answers; on failure, its log.
+fn launch(dir: &TempDir, port: u16, extra: &[&str]) -> Result<Child, String> {
+    let log = dir.path().join("redis.log");
+    // A config file (a sentinel's) must come first.
+    let (config, extra) = match extra.split_first() {
+        Some((first, rest)) if first.ends_with(".conf") => (Some(*first), rest),
+        _ => (None, extra),
+    };
+    let mut child = Command::new("redis-server")
+        .args(config)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--logfile")
+        .arg(&log)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (the CI script installs it)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if ping(port) {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(std::fs::read_to_string(&log).unwrap_or_default())
 }
 
 fn ping(port: u16) -> bool {
@@ -533,6 +640,27 @@ impl Monitor {
                 Some((ms, rest.to_owned()))
             })
             .collect()
+    }
+}
+
+impl Monitor {
+    /// Stops recording once every command `server` ran before this call has been seen (a
+    /// marker command is sent and awaited, at most 10 s), so none is lost in the socket.
+    pub fn stop_after_all(self, server: &RedisServer) -> Vec<(u64, String)> {
+        let marker = format!(
+            "monitor-marker-{}",
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        );
+        let _: String = server.cmd(&["ECHO", &marker]);
+        let seen = wait_until(Duration::from_secs(10), || {
+            self.lines
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|line| line.contains(&marker))
+        });
+        assert!(seen, "MONITOR did not show the marker within 10 s");
+        self.stop()
     }
 }
 

@@ -1,0 +1,288 @@
+//! Redis Cluster: every key of a lock shares one hash slot, so scripts go to that slot's
+//! master; redlock reaches it from any seed by following MOVED, follows ASK during a slot's
+//! migration, lists the locks of every master, keeps a held lock through a migration and
+//! through a master's failover, and stops the command when a failover lost the lock.
+
+use std::time::Duration;
+
+use crate::bad_input::MINIMAL_ACL;
+use crate::util::cluster::Cluster;
+use crate::util::{Redlock, TempDir, wait_until};
+
+fn redlock(cluster: &Cluster, args: &[&str]) -> Redlock {
+    Redlock::new(args).env("REDLOCK_URL", &cluster.url())
+}
+
+/// `redlock` as a user with the README's ACL plus what a Cluster needs (`+asking`,
+/// `+cluster|slots`), created on every node.
+fn as_locker(cluster: &Cluster, args: &[&str]) -> Redlock {
+    for node in &cluster.nodes {
+        let mut rules = vec!["ACL", "SETUSER", "locker", "on", ">pw"];
+        rules.extend(MINIMAL_ACL.split_whitespace());
+        rules.extend(["+asking", "+cluster|slots"]);
+        node.cmd::<()>(&rules);
+    }
+    Redlock::new(args).env(
+        "REDLOCK_URL",
+        &cluster
+            .url()
+            .replace("redis+cluster://", "redis+cluster://locker:pw@"),
+    )
+}
+
+/// Lock names whose slots are served by three different masters.
+fn names_on_every_master(cluster: &Cluster) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut ports = Vec::new();
+    for n in 0.. {
+        let name = format!("lock-{n}");
+        let port = cluster.node_of(&format!("redlock:{{{name}}}:holders")).port;
+        if !ports.contains(&port) {
+            ports.push(port);
+            names.push(name);
+        }
+        if names.len() == 3 {
+            return names;
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn every_command_works_on_a_cluster() {
+    let cluster = Cluster::start(0);
+    for name in names_on_every_master(&cluster) {
+        let token = redlock(&cluster, &["acquire", "--key", &name, "--ttl", "30s"]).run();
+        token.code(0);
+        let token = token.stdout.trim().to_owned();
+        let node = cluster.node_of(&format!("redlock:{{{name}}}:holders"));
+        assert_eq!(
+            node.cmd::<i64>(&["EXISTS", &format!("redlock:{{{name}}}:holders")]),
+            1
+        );
+        redlock(&cluster, &["inspect", "--key", &name])
+            .run()
+            .code(0);
+        redlock(
+            &cluster,
+            &["extend", "--key", &name, "--token", &token, "--ttl", "20s"],
+        )
+        .run()
+        .code(0);
+        // Waiting: a queued run takes the lock when it is released.
+        let waiter = redlock(
+            &cluster,
+            &["run", "--key", &name, "--wait", "20s", "--", "true"],
+        )
+        .spawn();
+        assert!(wait_until(Duration::from_secs(10), || {
+            let out = redlock(&cluster, &["inspect", "--key", &name, "--json"]).run();
+            out.json()["waiters"]
+                .as_array()
+                .is_some_and(|w| w.len() == 1)
+        }));
+        redlock(&cluster, &["release", "--key", &name, "--token", &token])
+            .run()
+            .code(0);
+        waiter.wait(Duration::from_secs(10)).code(0);
+        // Shared and semaphore modes, and a forced release.
+        redlock(
+            &cluster,
+            &[
+                "run",
+                "--shared",
+                "--key",
+                &format!("{name}-r"),
+                "--",
+                "true",
+            ],
+        )
+        .run()
+        .code(0);
+        redlock(
+            &cluster,
+            &[
+                "acquire",
+                "--limit",
+                "2",
+                "--key",
+                &format!("{name}-s"),
+                "--ttl",
+                "9s",
+            ],
+        )
+        .run()
+        .code(0);
+        redlock(
+            &cluster,
+            &["release", "--key", &format!("{name}-s"), "--force"],
+        )
+        .run()
+        .code(0);
+    }
+    // `list` reads every master, not just the seed it reached first.
+    let names = names_on_every_master(&cluster);
+    for name in &names {
+        redlock(&cluster, &["acquire", "--key", name, "--ttl", "30s"])
+            .run()
+            .code(0);
+    }
+    let listed = as_locker(&cluster, &["list", "--json"]).run();
+    listed.code(0);
+    let listed: Vec<String> = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["key"].as_str().unwrap().to_owned())
+        .collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(listed, names, "list missed locks on other masters");
+}
+
+/// `run` holds a lock while its slot moves to another master: renewals follow MOVED (and ASK
+/// while keys move), the lock moves with its keys, and nobody else gets it.
+#[test]
+fn a_run_keeps_its_lock_through_a_slot_migration() {
+    let cluster = Cluster::start(0);
+    let dir = TempDir::new("migration");
+    let running = as_locker(
+        &cluster,
+        &["run", "-v", "--key", "k", "--ttl", "3s", "--", "sh", "-c"],
+    )
+    .arg(format!(
+        "touch {d}/started; sleep 6; touch {d}/done",
+        d = dir.path().display()
+    ))
+    .spawn();
+    if !wait_until(Duration::from_secs(10), || {
+        dir.path().join("started").exists()
+    }) {
+        running
+            .wait(Duration::from_secs(1))
+            .fail("the command did not start");
+    }
+    let slot: i64 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
+    let from = cluster.node_of("redlock:{k}:holders");
+    let to = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port != from.port)
+        .unwrap();
+    cluster.migrate(slot, from, to);
+    assert_eq!(cluster.port_of_slot(slot), to.port);
+    redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"])
+        .run()
+        .code(75);
+    let out = running.wait(Duration::from_secs(20));
+    out.code(0);
+    assert!(dir.path().join("done").exists());
+    assert_eq!(to.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]), 0);
+}
+
+/// The master serving the lock fails over to its replica (CLUSTER FAILOVER): the lock had
+/// reached the replica (`--replicas 1`: every renewal was acknowledged by it), and the run
+/// goes on with it.
+#[test]
+fn a_run_keeps_its_lock_through_a_master_failover() {
+    let cluster = Cluster::start(1);
+    let dir = TempDir::new("cluster-failover");
+    // A manual failover pauses writes on the old master while the replica catches up: the
+    // lease must outlast that pause for the run to keep it.
+    let running = redlock(
+        &cluster,
+        &[
+            "run",
+            "-v",
+            "--key",
+            "k",
+            "--ttl",
+            "10s",
+            "--replicas",
+            "1",
+            "--",
+            "sh",
+            "-c",
+        ],
+    )
+    .arg(format!(
+        "touch {d}/started; sleep 6; touch {d}/done",
+        d = dir.path().display()
+    ))
+    .spawn();
+    if !wait_until(Duration::from_secs(10), || {
+        dir.path().join("started").exists()
+    }) {
+        running
+            .wait(Duration::from_secs(1))
+            .fail("the command did not start");
+    }
+    fail_over(&cluster, "redlock:{k}:holders");
+    let other = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
+    if other.status.code() != Some(75) {
+        let run = running.wait(Duration::from_secs(20));
+        run.fail(&format!(
+            "another client got the lock (exit {:?})",
+            other.status
+        ));
+    }
+    running.wait(Duration::from_secs(20)).code(0);
+    assert!(dir.path().join("done").exists());
+}
+
+/// The lock did not survive the failover (as when the master died before the key reached its
+/// replica; here the key is deleted on the new master the moment it takes over): the run's
+/// next renewal, redirected to the new master, finds the lock gone and stops the command
+/// (125) while the lease on the old master has not yet lapsed.
+#[test]
+fn a_run_stops_its_command_when_a_failover_loses_the_lock() {
+    let cluster = Cluster::start(1);
+    let dir = TempDir::new("cluster-lost");
+    let running = redlock(
+        &cluster,
+        &["run", "-v", "--key", "k", "--ttl", "10s", "--", "sh", "-c"],
+    )
+    .arg(format!(
+        "touch {d}/started; sleep 30; touch {d}/done",
+        d = dir.path().display()
+    ))
+    .spawn();
+    if !wait_until(Duration::from_secs(10), || {
+        dir.path().join("started").exists()
+    }) {
+        running
+            .wait(Duration::from_secs(1))
+            .fail("the command did not start");
+    }
+    let new_master = fail_over(&cluster, "redlock:{k}:holders");
+    new_master.cmd::<()>(&["DEL", "redlock:{k}:holders", "redlock:{k}:leases"]);
+    let out = running.wait(Duration::from_secs(20));
+    out.code(125).stderr_contains("lost lock 'k'");
+    assert!(!dir.path().join("done").exists());
+}
+
+/// Fails the master serving `key` over to its replica (CLUSTER FAILOVER, which waits for the
+/// replica to catch up) and returns the new master.
+fn fail_over<'a>(cluster: &'a Cluster, key: &str) -> &'a crate::util::RedisServer {
+    let master = cluster.node_of(key);
+    let master_id = Cluster::id(master);
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|node| {
+            let role: Vec<redis::Value> = node.cmd(&["ROLE"]);
+            redis::from_redis_value::<String>(role[0].clone()).unwrap() == "slave"
+                && node
+                    .cmd::<String>(&["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|line| line.contains("myself") && line.contains(&master_id))
+        })
+        .expect("the master's replica");
+    replica.cmd::<()>(&["CLUSTER", "FAILOVER"]);
+    assert!(wait_until(Duration::from_secs(10), || {
+        let role: Vec<redis::Value> = replica.cmd(&["ROLE"]);
+        redis::from_redis_value::<String>(role[0].clone()).unwrap() == "master"
+    }));
+    replica
+}

@@ -1,0 +1,180 @@
+//! Redis Sentinel: redlock finds the master through the sentinels, survives a sentinel that
+//! does not answer, refuses an unknown service, and keeps a held lock through a failover (the
+//! key reaches the replica before the failover on loopback), rediscovering the master for each
+//! request instead of renewing on a demoted one.
+
+use std::time::Duration;
+
+use crate::bad_input::MINIMAL_ACL;
+use crate::util::sentinel::{SERVICE, Sentinels};
+use crate::util::{Redlock, TempDir, send_signal, wait_for_file, wait_until};
+
+#[test]
+fn the_master_is_found_through_the_sentinels() {
+    let set = Sentinels::start();
+    let url = set.url();
+    let out = Redlock::new(&[
+        "acquire",
+        "--key",
+        "k",
+        "--ttl",
+        "30s",
+        "-v",
+        "--replicas",
+        "1",
+    ])
+    .env("REDLOCK_URL", &url)
+    .run();
+    out.code(0);
+    assert_eq!(
+        set.master.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]),
+        1,
+        "not on the master"
+    );
+    assert_eq!(
+        set.replicas[0].cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]),
+        1,
+        "acknowledged by the replica, yet not on it"
+    );
+
+    // The first sentinel stopped: the next ones are asked, within the connect timeout each.
+    send_signal(set.sentinels[0].pid(), "STOP");
+    let out = Redlock::new(&["inspect", "--key", "k", "--connect-timeout", "500ms"])
+        .env("REDLOCK_URL", &url)
+        .run();
+    send_signal(set.sentinels[0].pid(), "CONT");
+    out.code(0);
+    assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
+
+    // A service no sentinel knows.
+    Redlock::new(&["inspect", "--key", "k"])
+        .env("REDLOCK_URL", &url.replace(SERVICE, "nosuchservice"))
+        .run()
+        .code(64)
+        .one_line_error("no sentinel knows a master named 'nosuchservice'");
+
+    // Credentials: the master's user has the README's ACL (plus ROLE); the sentinels have a
+    // user and password of their own, and no default user.
+    let mut rules = vec!["ACL", "SETUSER", "locker", "on", ">master-pw"];
+    rules.extend(MINIMAL_ACL.split_whitespace());
+    rules.push("+role");
+    set.master.cmd::<()>(&rules);
+    for sentinel in &set.sentinels {
+        sentinel.cmd::<()>(&[
+            "ACL",
+            "SETUSER",
+            "watcher",
+            "on",
+            ">sentinel-pw",
+            "-@all",
+            "+sentinel|get-master-addr-by-name",
+        ]);
+        sentinel.cmd::<()>(&["ACL", "SETUSER", "default", "off"]);
+    }
+    let secured = format!(
+        "{}?sentinel_user=watcher",
+        url.replace("redis+sentinel://", "redis+sentinel://locker@")
+    );
+    let as_locker = |args: &[&str]| {
+        Redlock::new(args)
+            .env("REDLOCK_URL", &secured)
+            .env("REDLOCK_PASSWORD", "master-pw")
+    };
+    as_locker(&["acquire", "--key", "secured", "--ttl", "30s"])
+        .env("REDLOCK_SENTINEL_PASSWORD", "sentinel-pw")
+        .run()
+        .code(0);
+    assert_eq!(
+        set.master
+            .cmd::<i64>(&["EXISTS", "redlock:{secured}:holders"]),
+        1
+    );
+    let out = as_locker(&["inspect", "--key", "secured"])
+        .env("REDLOCK_SENTINEL_PASSWORD", "wrong")
+        .run();
+    out.code(77)
+        .one_line_error("every sentinel answered: authentication failed")
+        .stderr_contains("REDLOCK_SENTINEL_PASSWORD");
+    assert!(!out.stderr.contains("sentinel-pw") && !out.stderr.contains("master-pw"));
+    // No password for the sentinels: their user alone is refused before connecting.
+    as_locker(&["inspect", "--key", "secured"])
+        .env_remove("REDLOCK_SENTINEL_PASSWORD")
+        .run()
+        .code(64)
+        .one_line_error("the URL names a sentinel user but no sentinel password is given");
+    // The master's password is not the sentinels'.
+    Redlock::new(&["inspect", "--key", "secured"])
+        .env("REDLOCK_URL", &url)
+        .env("REDLOCK_PASSWORD", "sentinel-pw")
+        .run()
+        .code(77)
+        .stderr_contains("REDLOCK_SENTINEL_PASSWORD");
+}
+
+#[test]
+fn a_run_keeps_its_lock_through_a_failover() {
+    run_through_a_failover(1, &["--ttl", "3s"]);
+}
+
+/// With `--replicas 1` every renewal waits for a replica. Two replicas: after the failover the
+/// other one follows the new master at once, while the old master becomes a replica only when
+/// the sentinels get round to it (up to ten seconds). Until the other replica has synced with
+/// the new master (seconds), renewals go unacknowledged: the lease must span that.
+#[test]
+fn a_run_with_replicas_keeps_its_lock_through_a_failover() {
+    run_through_a_failover(2, &["--ttl", "12s", "--replicas", "1"]);
+}
+
+fn run_through_a_failover(replicas: usize, lock_args: &[&str]) {
+    let set = Sentinels::start_with_replicas(replicas);
+    let dir = TempDir::new("failover");
+    let script = format!(
+        "echo $REDLOCK_FENCE > {d}/fence; sleep 8; echo done > {d}/done",
+        d = dir.path().display()
+    );
+    let running = Redlock::new(&["run", "-v", "--key", "k"])
+        .args(lock_args)
+        .args(&["--", "sh", "-c", &script])
+        .env("REDLOCK_URL", &set.url())
+        .spawn();
+    wait_for_file(&dir.path().join("fence"), Duration::from_secs(10));
+    set.fail_over();
+    // The lock is held on the new master, renewed there, and nobody else can take it.
+    let new_master = set.server(set.master_port());
+    let held = wait_until(Duration::from_secs(5), || {
+        new_master.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]) == 1
+    });
+    if !held {
+        running
+            .wait(Duration::from_secs(20))
+            .fail("the lock is not on the new master");
+    }
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &set.url())
+        .run()
+        .code(75);
+    let out = running.wait(Duration::from_secs(20));
+    out.code(0);
+    assert!(dir.path().join("done").exists());
+    assert!(wait_until(Duration::from_secs(5), || {
+        new_master.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]) == 0
+    }));
+}
+
+#[test]
+fn a_waiter_follows_a_failover() {
+    let set = Sentinels::start();
+    let url = set.url();
+    let holder = Redlock::new(&["acquire", "--key", "k", "--ttl", "4s"])
+        .env("REDLOCK_URL", &url)
+        .run();
+    holder.code(0);
+    let waiter = Redlock::new(&["run", "--key", "k", "--wait", "30s", "--", "true"])
+        .env("REDLOCK_URL", &url)
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    set.fail_over();
+    // The holder never releases: its lease runs out on the new master, and the waiter, which
+    // finds the master anew, takes the lock.
+    waiter.wait(Duration::from_secs(30)).code(0);
+}
