@@ -258,7 +258,11 @@ pub struct TlsArgs {
     pub tls_insecure: bool,
 }
 
+/// The subcommands. Each one's options are built only when it is the one run (`defer`): clap's
+/// tree of every option of every subcommand was most of redlock's start-up, in heap pages
+/// touched (docs/performance.md).
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     Run(RunArgs),
     Acquire(AcquireArgs),
