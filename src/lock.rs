@@ -248,6 +248,21 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
     serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
 }
 
+/// A reply that is the server's time followed by JSON records (`force` release, `history`).
+fn time_and_records<T: serde::de::DeserializeOwned>(
+    reply: &[String],
+    script: &str,
+) -> anyhow::Result<(u64, Vec<T>)> {
+    let (now, records) = reply
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("empty reply from {script}"))?;
+    let records = records
+        .iter()
+        .map(|json| decode(json))
+        .collect::<anyhow::Result<_>>()?;
+    Ok((now.parse()?, records))
+}
+
 /// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
 /// `acquire` with [`Queueing::Stay`]) within a third of this after its last call, and sooner
 /// when an `acquire` reply's `hint` says so. A waiter that died stays in the queue this long at
@@ -703,14 +718,7 @@ impl Lock {
             "",
             &Ending::default(),
         )?)?;
-        let (now, holders) = reply
-            .split_first()
-            .ok_or_else(|| anyhow::anyhow!("empty reply from release"))?;
-        let holders = holders
-            .iter()
-            .map(|json| decode(json))
-            .collect::<anyhow::Result<_>>()?;
-        Ok((now.parse()?, holders))
+        time_and_records(&reply, "release")
     }
 
     fn release_script(
@@ -816,14 +824,7 @@ impl Lock {
                 },
             )
         })?;
-        let (now, entries) = reply
-            .split_first()
-            .ok_or_else(|| anyhow::anyhow!("empty reply from history"))?;
-        let entries = entries
-            .iter()
-            .map(|json| decode(json))
-            .collect::<anyhow::Result<_>>()?;
-        Ok((now.parse()?, entries))
+        time_and_records(&reply, "history")
     }
 }
 
