@@ -8,6 +8,7 @@ mod cluster;
 mod commands;
 mod contention;
 mod docs;
+mod faults;
 mod history;
 mod modes;
 mod process;
