@@ -312,3 +312,53 @@ fn restarts_without_persistence_keep_fences_rising() {
     );
     tally.finish_out_of_model();
 }
+
+/// T1: contended runs without faults, each probe's start, end and fence logged: the counter
+/// ends exact and no two probes overlap. Smoke: 6 workers x 10 runs; full: 20 x 200.
+#[test]
+fn contended_runs_never_overlap() {
+    let mut tally = Tally::new("T1", "contended runs, no faults");
+    let (workers, each) = if harness::full() { (20, 200) } else { (6, 10) };
+    let server = Arc::new(RedisServer::start());
+    let probe = Arc::new(Probe::new());
+    let sampler = Sampler::start(server.port, Duration::from_secs(10));
+    let unexplained = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let (server, probe, unexplained) = (
+                Arc::clone(&server),
+                Arc::clone(&probe),
+                Arc::clone(&unexplained),
+            );
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    let mut args = vec![
+                        "run", "--wait", "300s", "--key", "t1", "--ttl", "10s", "-q", "--",
+                    ];
+                    let command = probe.command(Duration::from_millis(5));
+                    args.extend(command.iter().map(String::as_str));
+                    let out = server.redlock(&args).run();
+                    if out.status.code() != Some(0) {
+                        eprintln!("T1: exit {:?}: {}", out.status, out.stderr);
+                        unexplained.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("a T1 worker panicked");
+    }
+    let verdict = probe.verdict();
+    tally.runs = (workers * each) as u64;
+    tally.unexplained_exits = unexplained.load(Ordering::SeqCst);
+    tally.add_verdict(verdict);
+    tally.add_sampled(sampler.stop());
+    assert_eq!(verdict.completed, tally.runs, "{verdict:?}");
+    tally.notes = format!(
+        "{workers} workers x {each} runs: {} probes completed, counter exact: {}",
+        verdict.completed,
+        verdict.lost_increments == 0
+    );
+    tally.finish();
+}
