@@ -14,10 +14,13 @@
 -- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, {3, holds_left}
 -- still held by outer invocations, 0 the token holds nothing (nothing changed); for 'force':
 -- {now_ms, holder_json...} of the evicted holders; for 'leave': 1.
+-- Quorum mode (README, "Several masters") passes the channel its waiters listen on as `notify`:
+-- a hold that ends here is published there. Under pcall: a user that may not publish makes its
+-- waiters fall back to their backoff, never the release fail.
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'op', 'token', 'min_hold_ms', 'waiter', 'grant_ms', 'wake_ttl_ms', 'mark_ttl_ms', 'held_fence',
-   'exit', 'signal'})
+   'exit', 'signal', 'notify'})
 if refused then return refused end
 local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms), arg.waiter
 local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
@@ -97,4 +100,5 @@ end
 
 hand_off(lock, nil, grant, wake_ttl)
 settle(lock)
+if arg.notify ~= '' and (mine or #evicted > 1) then pcall(redis.call, 'PUBLISH', arg.notify, 'r') end
 return reply

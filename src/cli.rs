@@ -13,7 +13,10 @@ use crate::lock::Token;
 
 /// Environment variables redlock reads, and what for.
 pub const ENVIRONMENT: &[(&str, &str)] = &[
-    ("REDLOCK_URL", "Redis URL, when --redis is not given"),
+    (
+        "REDLOCK_URL",
+        "Redis URL, when --redis is not given (several, separated by spaces: quorum mode)",
+    ),
     (
         "REDIS_URL",
         "Redis URL, when neither --redis nor REDLOCK_URL is set",
@@ -133,13 +136,15 @@ pub struct Cli {
 /// Options every subcommand accepts.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Redis server URL [default: $REDIS_URL, else redis://127.0.0.1:6379]
+    /// Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]
     ///
     /// redis://[user[:password]@]host[:port][/db], rediss://... for TLS, or unix:///path/to/socket.
     /// Sentinel: redis+sentinel://host:port[,host:port...]/SERVICE (the sentinels' addresses;
     /// their own password in REDLOCK_SENTINEL_PASSWORD, their user as ?sentinel_user=NAME).
     /// Cluster: redis+cluster://host:port[,host:port...] (seed nodes). Both take rediss+...
-    /// for TLS. A password in the URL works but is visible in the process list; prefer
+    /// for TLS. Given N times (N odd, at least 3; in REDLOCK_URL separated by spaces), each an
+    /// independent master: quorum mode, the lock held on a majority of them (README, "Several
+    /// masters"). A password in the URL works but is visible in the process list; prefer
     /// REDLOCK_PASSWORD or --password-file. Passwords are never printed.
     #[arg(
         long,
@@ -147,9 +152,11 @@ pub struct Global {
         value_name = "URL",
         env = "REDLOCK_URL",
         hide_env_values = true,
+        value_delimiter = ' ',
+        action = ArgAction::Append,
         help_heading = "Connection"
     )]
-    pub redis: Option<String>,
+    pub redis: Vec<String>,
 
     /// Read the Redis password from this file (its first line)
     ///

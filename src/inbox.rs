@@ -62,6 +62,11 @@ impl<R> Clone for Reporter<R> {
 }
 
 impl<R> Reporter<R> {
+    /// Posts `reply` from a thread that is not a [`Worker`] (a listener).
+    pub(crate) fn post_reply(&self, reply: R) {
+        self.post(Ok(reply));
+    }
+
     fn post(&self, reply: Result<R, String>) {
         // The inbox may be gone (an abandoned request): nobody waits for the reply.
         let _ = self.sender.send(reply);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::unistd::Pid;
 
 use crate::clock::{BootInstant, MAX_NAP};
-use crate::conn::{Session, Target};
+use crate::conn::Session;
 use crate::duration;
 use crate::exit::{Failure, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
@@ -20,6 +20,7 @@ use crate::lock::{Ending, Lock, Replicas, Token};
 use crate::log::{Log, printable};
 use crate::schedule::{Confirmed, Plan};
 use crate::signals::{self, Signals};
+use crate::store::Store;
 
 /// What to keep, and until when.
 pub(crate) struct Keep {
@@ -49,13 +50,13 @@ pub(crate) enum Ended {
 
 struct Renewed {
     sent: BootInstant,
-    result: anyhow::Result<(bool, Session)>,
+    result: anyhow::Result<(bool, Option<Session>)>,
 }
 
 /// Renews the lease of `token` until one of the ends above.
 pub(crate) fn keep(
     signals: &Signals,
-    target: &Target,
+    store: &Store,
     lock: &Lock,
     token: &Token,
     keep: &Keep,
@@ -81,7 +82,7 @@ pub(crate) fn keep(
             .while_pid
             .is_some_and(|pid| nix::sys::signal::kill(pid, None) == Err(nix::errno::Errno::ESRCH))
         {
-            release(target, lock, token, log);
+            release(store, lock, token, log);
             return Ok(Ended::PidGone);
         }
         if let Some(window) = window
@@ -97,21 +98,13 @@ pub(crate) fn keep(
                     .min(window.valid_until.since(now))
                     .max(Duration::from_millis(10))
             });
-            let (target, lock, token, ttl) =
-                (target.clone(), lock.clone(), token.clone(), keep.plan.ttl);
+            let (store, lock, token, ttl) =
+                (store.clone(), lock.clone(), token.clone(), keep.plan.ttl);
             let replicas = keep.replicas.map(|count| Replicas::within(count, timeout));
-            let reuse = session.take().filter(|_| target.reuses_connections());
+            let reuse = session.take();
             worker.run(&inbox.reporter(), move || {
                 let sent = BootInstant::now();
-                let result = match reuse {
-                    Some(session) => Ok(session),
-                    None => target.connect_within(timeout),
-                }
-                .and_then(|mut session| {
-                    session.set_command_timeout(timeout)?;
-                    let extended = lock.extend(&mut session, &token, ttl, replicas)?;
-                    Ok((extended, session))
-                });
+                let result = store.extend(&lock, reuse, &token, ttl, replicas, timeout);
                 Renewed { sent, result }
             });
         }
@@ -121,7 +114,7 @@ pub(crate) fn keep(
         }
         match inbox.next(wake) {
             Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                release(target, lock, token, log);
+                release(store, lock, token, log);
                 return Ok(Ended::Signal(signal));
             }
             Some(Incoming::Reply(Renewed { sent, result })) => {
@@ -131,7 +124,7 @@ pub(crate) fn keep(
                         let confirmed = keep.plan.window(Confirmed::Sent(sent));
                         window = Some(confirmed);
                         renew_at = confirmed.renew_at;
-                        session = Some(renewed);
+                        session = renewed;
                         log.step(format_args!("renewed lock '{key}'"));
                     }
                     Ok((false, _)) => return Ok(Ended::Released),
@@ -157,12 +150,17 @@ pub(crate) fn keep(
 }
 
 /// Token-checked release, bounded: the keeper is on its way out.
-fn release(target: &Target, lock: &Lock, token: &Token, log: Log) {
+fn release(store: &Store, lock: &Lock, token: &Token, log: Log) {
     let bound = Duration::from_millis(500);
-    let released = target.connect_within(bound).and_then(|mut session| {
-        session.set_command_timeout(bound)?;
-        lock.release(&mut session, token, Duration::ZERO, &Ending::default())
-    });
+    let released = store.release(
+        lock,
+        None,
+        token,
+        Duration::ZERO,
+        &Ending::default(),
+        bound,
+        log,
+    );
     if let Err(err) = released {
         log.warn(format_args!(
             "could not release lock '{}' ({err:#}); its lease runs out by itself",

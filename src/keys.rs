@@ -138,6 +138,12 @@ impl LockKeys {
         format!("{}:wake:{waiter_id}", self.base)
     }
 
+    /// The Pub/Sub channel on which, in quorum mode, a release tells the waiters (a channel,
+    /// not a key: it holds nothing).
+    pub fn released_channel(&self) -> String {
+        format!("{}:released", self.base)
+    }
+
     /// The mark that cancels the requests of `token` still on their way (`lua/README.md`).
     pub fn cancel(&self, token: &str) -> String {
         format!("{}:cancel:{token}", self.base)

@@ -39,9 +39,12 @@ mod keep;
 pub mod keys;
 pub mod lock;
 pub mod log;
+mod quorum;
+mod quorum_waiting;
 mod schedule;
 mod scripts;
 mod signals;
+mod store;
 mod supervisor;
 mod waiting;
 

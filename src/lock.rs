@@ -13,8 +13,8 @@ use crate::conn::Session;
 use crate::exit::{Failure, fail, failure_of};
 use crate::keys::{LockKeys, LockName, Prefix};
 use crate::scripts::{
-    self, AcquireInputs, DoctorInputs, ExtendInputs, HistoryInputs, InspectInputs, RefreshInputs,
-    ReleaseInputs, arg,
+    self, AcquireInputs, DoctorInputs, ExtendInputs, HistoryInputs, InspectInputs, RaiseInputs,
+    RefreshInputs, ReleaseInputs, arg,
 };
 
 /// The secret that proves a holder owns its lock: a UUID v4 (122 random bits from the OS), as
@@ -445,12 +445,56 @@ pub enum Refreshed {
 pub struct Lock {
     pub name: LockName,
     keys: LockKeys,
+    /// Releases publish on [`LockKeys::released_channel`] (quorum mode: its waiters listen).
+    notify: bool,
 }
 
 impl Lock {
     pub fn new(prefix: &Prefix, name: LockName) -> Self {
         let keys = prefix.keys(&name);
-        Self { name, keys }
+        Self {
+            name,
+            keys,
+            notify: false,
+        }
+    }
+
+    /// The same lock, whose releases tell the waiters listening on its channel.
+    pub fn notifying(self) -> Self {
+        Self {
+            notify: true,
+            ..self
+        }
+    }
+
+    /// The channel releases publish on when [`Self::notifying`].
+    pub fn released_channel(&self) -> String {
+        self.keys.released_channel()
+    }
+
+    /// Quorum mode: writes `fence` back where `token` holds the lock (the counter rises to it,
+    /// the record and the history entry carry it). `false`: the token holds nothing here.
+    pub fn raise_fence(
+        &self,
+        session: &mut Session,
+        token: &Token,
+        fence: u64,
+    ) -> anyhow::Result<bool> {
+        let keys = &self.keys;
+        let (raised, _now): (i64, u64) = session.run(|con| {
+            scripts::RAISE.call(
+                con,
+                RaiseInputs {
+                    holders: arg(&keys.holders),
+                    leases: arg(&keys.leases),
+                    fence: arg(&keys.fence),
+                    history: arg(&keys.history),
+                    token: arg(token.as_str()),
+                    issued: arg(fence),
+                },
+            )
+        })?;
+        Ok(raised == 1)
     }
 
     /// Takes the lock as `request` says, or reports who holds it, queueing as `queueing` says.
@@ -756,6 +800,11 @@ impl Lock {
                 signal: arg(ending
                     .signal
                     .map_or(String::new(), |signal| signal.to_string())),
+                notify: arg(if self.notify {
+                    keys.released_channel()
+                } else {
+                    String::new()
+                }),
             };
             // Giving a token up must take effect even if nobody waits for the reply.
             if op == "leave" {

@@ -88,7 +88,7 @@ inputs! {
         keys: [holders, leases, fence, queue, waiters, wake, cancel, history],
         args: [
             op, token, min_hold_ms, waiter, grant_ms, wake_ttl_ms, mark_ttl_ms, held_fence, exit,
-            signal,
+            signal, notify,
         ],
     }
 }
@@ -98,6 +98,14 @@ inputs! {
     ExtendInputs {
         keys: [holders, leases, history],
         args: [token, ttl_ms],
+    }
+}
+
+inputs! {
+    /// `lua/raise.lua`.
+    RaiseInputs {
+        keys: [holders, leases, fence, history],
+        args: [token, issued],
     }
 }
 
@@ -136,6 +144,7 @@ inputs! {
 pub(crate) static ACQUIRE: Script<AcquireInputs> = script!("acquire.lua");
 pub(crate) static DOCTOR: Script<DoctorInputs> = script!("doctor.lua");
 pub(crate) static EXTEND: Script<ExtendInputs> = script!("extend.lua");
+pub(crate) static RAISE: Script<RaiseInputs> = script!("raise.lua");
 pub(crate) static RELEASE: Script<ReleaseInputs> = script!("release.lua");
 pub(crate) static REFRESH: Script<RefreshInputs> = script!("refresh.lua");
 pub(crate) static INSPECT: Script<InspectInputs> = script!("inspect.lua");
@@ -375,6 +384,7 @@ mod tests {
         assert_names_match(&ACQUIRE, "acquire.lua");
         assert_names_match(&RELEASE, "release.lua");
         assert_names_match(&EXTEND, "extend.lua");
+        assert_names_match(&RAISE, "raise.lua");
         assert_names_match(&REFRESH, "refresh.lua");
         assert_names_match(&INSPECT, "inspect.lua");
         assert_names_match(&HISTORY, "history.lua");

@@ -22,7 +22,7 @@ use nix::sys::signal::Signal;
 
 use crate::child::{self, Change, Child};
 use crate::clock::{BootInstant, MAX_NAP};
-use crate::conn::{Session, Target};
+use crate::conn::Session;
 use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
@@ -30,6 +30,7 @@ use crate::lock::{Ending, Lock, Release, Replicas, Token};
 use crate::log::{Log, printable};
 use crate::schedule::{Confirmed, Plan, Window};
 use crate::signals::{self, Signals};
+use crate::store::Store;
 use crate::waiting::Held;
 
 /// What to run under the lock.
@@ -56,7 +57,7 @@ const HASTY_RELEASE: Duration = Duration::from_millis(500);
 /// and returns how the run ended.
 pub(crate) fn supervise(
     signals: &Signals,
-    target: &Target,
+    store: &Store,
     lock: &Lock,
     held: Held,
     job: &Job,
@@ -74,7 +75,7 @@ pub(crate) fn supervise(
     let ending = FinalRelease {
         inbox: &inbox,
         lock,
-        target,
+        store,
         token: &lease.token,
         fence: lease.fence,
         key: &key,
@@ -121,7 +122,7 @@ pub(crate) fn supervise(
         inbox: &inbox,
         child,
         job,
-        target,
+        store,
         lock,
         token: &lease.token,
         key: &key,
@@ -188,7 +189,7 @@ enum Reply {
     /// A renewal sent at `sent`: whether the token still held the lock.
     Renewed {
         sent: BootInstant,
-        result: anyhow::Result<(bool, Session)>,
+        result: anyhow::Result<(bool, Option<Session>)>,
     },
     Released(anyhow::Result<Release>),
 }
@@ -242,7 +243,7 @@ struct Supervisor<'a> {
     inbox: &'a Inbox<'a, Reply>,
     child: Child,
     job: &'a Job,
-    target: &'a Target,
+    store: &'a Store,
     lock: &'a Lock,
     token: &'a Token,
     key: &'a str,
@@ -319,7 +320,7 @@ impl Supervisor<'_> {
         }
     }
 
-    fn on_renewed(&mut self, sent: BootInstant, result: anyhow::Result<(bool, Session)>) {
+    fn on_renewed(&mut self, sent: BootInstant, result: anyhow::Result<(bool, Option<Session>)>) {
         let LeaseState::Held {
             window, trouble, ..
         } = &self.lease
@@ -340,7 +341,7 @@ impl Supervisor<'_> {
                     confirmed_at: BootInstant::now(),
                     trouble: None,
                 };
-                self.renewal = Renewal::Due(Some(session));
+                self.renewal = Renewal::Due(session);
                 self.log.step(format_args!(
                     "renewed lock '{}' ({} of lease left)",
                     self.key,
@@ -536,25 +537,16 @@ impl Supervisor<'_> {
             .request_timeout
             .min(window.valid_until.since(now))
             .max(Duration::from_millis(10));
-        let (target, lock, token, ttl) = (
-            self.target.clone(),
+        let (store, lock, token, ttl) = (
+            self.store.clone(),
             self.lock.clone(),
             self.token.clone(),
             self.job.plan.ttl,
         );
         let replicas = (self.job.replicas).map(|count| Replicas::within(count, timeout));
-        let session = session.filter(|_| self.target.reuses_connections());
         renewer.run(&self.inbox.reporter(), move || {
             let sent = BootInstant::now();
-            let result = match session {
-                Some(session) => Ok(session),
-                None => target.connect_within(timeout),
-            }
-            .and_then(|mut session| {
-                session.set_command_timeout(timeout)?;
-                let extended = lock.extend(&mut session, &token, ttl, replicas)?;
-                Ok((extended, session))
-            });
+            let result = store.extend(&lock, session, &token, ttl, replicas, timeout);
             Reply::Renewed { sent, result }
         });
         Ok(())
@@ -565,7 +557,7 @@ impl Supervisor<'_> {
     fn finish(
         self,
         ended: Ended,
-        session: Session,
+        session: Option<Session>,
         ending: FinalRelease<'_>,
     ) -> anyhow::Result<Done> {
         if self.job.foreground {
@@ -636,7 +628,7 @@ impl Supervisor<'_> {
 struct FinalRelease<'a> {
     inbox: &'a Inbox<'a, Reply>,
     lock: &'a Lock,
-    target: &'a Target,
+    store: &'a Store,
     token: &'a Token,
     fence: u64,
     key: &'a str,
@@ -649,7 +641,7 @@ impl FinalRelease<'_> {
     /// may have sat idle for the whole run: if it fails, one fresh connection is tried.
     fn release(
         &self,
-        session: Session,
+        session: Option<Session>,
         min_hold: Duration,
         bound: Duration,
         status: Option<ChildStatus>,
@@ -667,34 +659,10 @@ impl FinalRelease<'_> {
                 _ => None,
             },
         };
-        let (lock, target, token) = (self.lock.clone(), self.target.clone(), self.token.clone());
+        let (lock, store, token) = (self.lock.clone(), self.store.clone(), self.token.clone());
         let log = self.log;
-        let session = Some(session).filter(|_| target.reuses_connections());
         self.worker.run(&self.inbox.reporter(), move || {
-            let released = match session {
-                Some(mut session) => {
-                    let _ = session.set_command_timeout(session.command_timeout().min(bound));
-                    lock.release(&mut session, &token, min_hold, &report)
-                }
-                None => target.connect_within(bound).and_then(|mut fresh| {
-                    fresh.set_command_timeout(bound)?;
-                    lock.release(&mut fresh, &token, min_hold, &report)
-                }),
-            };
-            let released = match released {
-                Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
-                    log.step(format_args!("releasing failed ({err:#}); reconnecting"));
-                    target
-                        .connect_within(deadline.remaining())
-                        .and_then(|mut fresh| {
-                            fresh.set_command_timeout(
-                                deadline.remaining().max(Duration::from_millis(10)),
-                            )?;
-                            lock.release(&mut fresh, &token, min_hold, &report)
-                        })
-                }
-                result => result,
-            };
+            let released = store.release(&lock, session, &token, min_hold, &report, bound, log);
             Reply::Released(released)
         });
         let released = loop {

@@ -90,7 +90,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Held {
     pub(crate) lease: Lease,
     pub(crate) confirmed: Confirmed,
-    pub(crate) session: Session,
+    /// The connection that took it (none in quorum mode).
+    pub(crate) session: Option<Session>,
     pub(crate) worker: Worker,
 }
 
@@ -150,7 +151,7 @@ pub(crate) fn acquire(
                 return Ok(Outcome::Acquired(Held {
                     lease,
                     confirmed,
-                    session,
+                    session: Some(session),
                     worker: acquirer.worker,
                 }));
             }
@@ -248,7 +249,7 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 
 /// Pause before the next attempt after `failures` failed ones: 100 ms doubling to 2 s, less up
 /// to a quarter at random, so waiters that lost the same server do not come back in step.
-fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     let full = Duration::from_millis(100)
         .saturating_mul(1 << failures.min(5))
         .min(Duration::from_secs(2));

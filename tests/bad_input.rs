@@ -694,6 +694,11 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
             else {
                 continue;
             };
+            if name == "PUBLISH" {
+                // Quorum mode's best-effort release notice, documented with its own rights.
+                assert!(readme.contains("`+publish +subscribe` and the channel pattern"));
+                continue;
+            }
             assert!(
                 granted.contains(&name.to_ascii_lowercase()),
                 "{} calls {name}, which the documented ACL does not grant",

@@ -12,6 +12,7 @@ mod faults;
 mod history;
 mod modes;
 mod process;
+mod quorum;
 mod recipes;
 mod replicas;
 mod run;

@@ -11,7 +11,7 @@ use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Lock};
 use crate::log::printable;
 use crate::signals::Signals;
-use crate::waiting::{self, Outcome};
+use crate::waiting::Outcome;
 
 /// The command recorded for a lock taken by `acquire`; the pid recorded is its caller's.
 pub(super) const ACQUIRED_BY_CALLER: &str = "acquire (pid: its caller)";
@@ -37,7 +37,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         ));
     }
     let signals = Signals::block(context.inherited)?;
-    let lock = Lock::new(&context.prefix, name);
+    let lock = context.lock(name);
     let key = printable(lock.name.as_str());
     // The process that will release the lock is the caller (a shell script), not this one,
     // which exits in a moment: its pid is the one worth showing.
@@ -49,14 +49,14 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         ACQUIRED_BY_CALLER,
     )?;
     ask.who.pid = nix::unistd::getppid().as_raw().unsigned_abs();
-    let held = match waiting::acquire(&signals, &context.target, &lock, &ask, context.log)? {
+    let held = match context.take(&signals, &lock, &ask)? {
         Outcome::Busy { holder, now } => {
             return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
         }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired(held) => held,
     };
-    let (lease, mut session) = (held.lease, held.session);
+    let (lease, session) = (held.lease, held.session);
     let keeper_pid = if args.keep_alive {
         let started = keep_alive::start(
             context,
@@ -70,12 +70,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         match started {
             Ok(pid) => Some(pid),
             Err(err) => {
-                lock.release(
-                    &mut session,
-                    &lease.token,
-                    Duration::ZERO,
-                    &Ending::default(),
-                )?;
+                give_back(context, &lock, session, &lease.token)?;
                 return Err(err.context(format!("lock '{key}' released again")));
             }
         }
@@ -95,12 +90,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     };
     // A token nobody can read is a lock nobody can release: give it back.
     if let Err(err) = print_line(output) {
-        lock.release(
-            &mut session,
-            &lease.token,
-            Duration::ZERO,
-            &Ending::default(),
-        )?;
+        give_back(context, &lock, session, &lease.token)?;
         return Err(err.context(format!("lock '{key}' released again")));
     }
     // A signal that came with the grant: the caller is gone, so is the lock.
@@ -108,12 +98,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         .read()
         .filter(|signal| crate::signals::terminates(*signal))
     {
-        lock.release(
-            &mut session,
-            &lease.token,
-            Duration::ZERO,
-            &Ending::default(),
-        )?;
+        give_back(context, &lock, session, &lease.token)?;
         return Ok(Done::Interrupted(signal));
     }
     context.log.step(format_args!(
@@ -122,4 +107,25 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         duration::display(lease.ttl)
     ));
     Ok(Done::Success)
+}
+
+/// Releases a lock just taken, over the connection that took it.
+fn give_back(
+    context: &Context,
+    lock: &Lock,
+    session: Option<crate::conn::Session>,
+    token: &crate::lock::Token,
+) -> anyhow::Result<()> {
+    context
+        .store
+        .release(
+            lock,
+            session,
+            token,
+            Duration::ZERO,
+            &Ending::default(),
+            context.command_timeout,
+            context.log,
+        )
+        .map(drop)
 }

@@ -3,12 +3,34 @@
 
 use super::{Context, lock_name, print_line};
 use crate::cli::DoctorArgs;
+use crate::conn::Target;
 use crate::doctor::{self, Verdict};
 use crate::exit::{Done, Failure};
 use crate::lock::Lock;
+use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> {
-    let mut session = context.connect()?;
+    let targets: Vec<&Target> = match &context.store {
+        Store::One(target) => vec![target],
+        Store::Quorum(quorum) => quorum.targets().collect(),
+    };
+    let mut unsafe_found = false;
+    for target in &targets {
+        if targets.len() > 1 && !args.json {
+            print_line(format_args!("master {}:", target.redacted()))?;
+        }
+        unsafe_found |= examine(context, args, target)?;
+    }
+    Ok(if unsafe_found {
+        Done::Reported(Failure::Unsafe)
+    } else {
+        Done::Success
+    })
+}
+
+/// Prints what one server does to the safety of locks; whether anything is unsafe.
+fn examine(context: &Context, args: &DoctorArgs, target: &Target) -> anyhow::Result<bool> {
+    let mut session = context.connect_to(target)?;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
     let findings = doctor::examine(&mut session, &lock);
@@ -28,14 +50,7 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
             ))?;
         }
     }
-    Ok(
-        if findings
-            .iter()
-            .any(|finding| finding.verdict == Verdict::Unsafe)
-        {
-            Done::Reported(Failure::Unsafe)
-        } else {
-            Done::Success
-        },
-    )
+    Ok(findings
+        .iter()
+        .any(|finding| finding.verdict == Verdict::Unsafe))
 }

@@ -4,17 +4,31 @@ use super::{Context, lock_name};
 use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Lock, Replicas};
+use crate::lock::Replicas;
+use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
     let name = lock_name(&args.key)?;
-    let mut session = context.connect()?;
-    let lock = Lock::new(&context.prefix, name);
+    let lock = context.lock(name);
     let key = lock.name.as_str();
+    if let (Store::Quorum(_), Some(_)) = (&context.store, args.replicas) {
+        return Err(fail(
+            Failure::Usage,
+            "--replicas: not in quorum mode (the majority of independent masters is the redundancy)",
+        ));
+    }
     let replicas = args
         .replicas
         .map(|count| Replicas::within(count, context.command_timeout));
-    if lock.extend(&mut session, &args.token, args.ttl, replicas)? {
+    let (extended, _) = context.store.extend(
+        &lock,
+        None,
+        &args.token,
+        args.ttl,
+        replicas,
+        context.command_timeout,
+    )?;
+    if extended {
         context.log.step(format_args!(
             "extended '{key}' to {}",
             duration::display(args.ttl)

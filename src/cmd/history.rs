@@ -84,7 +84,7 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
 
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
     let name = lock_name(&args.key)?;
-    let mut session = context.connect()?;
+    let mut session = context.connect_to(context.target("history")?)?;
     let lock = Lock::new(&context.prefix, name);
     let (now, mut entries) = lock.history(&mut session)?;
     entries.reverse();

@@ -7,8 +7,10 @@ use super::history::{RunView, last_run_line};
 use super::{Context, elapsed, print_line, printable, rfc3339, table};
 use crate::cli::InspectArgs;
 use crate::duration;
-use crate::exit::{Done, Failure};
+use crate::exit::{Done, Failure, fail};
 use crate::lock::{Holder, Identity, Lock, LockState};
+use crate::quorum::Quorum;
+use crate::store::Store;
 
 #[derive(Serialize)]
 pub(super) struct LockView<'a> {
@@ -179,11 +181,166 @@ pub(super) const HOLDER_HEADER: [&str; 10] = [
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
     let name = super::lock_name(&args.key)?;
-    let mut session = context.connect()?;
-    let state = Lock::new(&context.prefix, name).inspect(&mut session)?;
+    let lock = context.lock(name);
+    let state = match &context.store {
+        Store::One(target) => lock.inspect(&mut context.connect_to(target)?)?,
+        Store::Quorum(quorum) => return inspect_quorum(quorum, &lock, args),
+    };
     if args.json {
         print_line(serde_json::to_string_pretty(&LockView::new(&state))?)?;
     } else {
+        show(&state)?;
+    }
+    Ok(if state.holder_count == 0 {
+        Done::Reported(Failure::Free)
+    } else {
+        Done::Success
+    })
+}
+
+/// One master's view, in JSON (quorum mode).
+#[derive(Serialize)]
+struct MasterView<'a> {
+    url: &'a str,
+    /// Null when the master did not answer.
+    lock: Option<LockView<'a>>,
+    /// Why the master did not answer.
+    error: Option<String>,
+}
+
+/// The lock over a quorum, in JSON.
+#[derive(Serialize)]
+struct QuorumView<'a> {
+    key: &'a str,
+    /// `held` (one holder's fence on a majority), `free` (no live holder on a majority) or
+    /// `contested` (neither: nobody can take it until leases run out).
+    verdict: &'static str,
+    /// The fence held on a majority, when held.
+    fence: Option<u64>,
+    majority: usize,
+    masters: Vec<MasterView<'a>>,
+}
+
+/// `inspect` in quorum mode: each master's view and the majority's verdict.
+fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::Result<Done> {
+    let views = quorum.inspect(lock);
+    let shown = quorum.shown();
+    let majority = quorum.majority();
+    let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
+    let free = states
+        .iter()
+        .filter(|state| state.holder_count == 0)
+        .count();
+    let mut fences: Vec<u64> = states
+        .iter()
+        .flat_map(|state| state.holders.iter().map(|holder| holder.fence))
+        .collect();
+    fences.sort_unstable();
+    let held_fence = fences
+        .iter()
+        .copied()
+        .find(|fence| fences.iter().filter(|other| *other == fence).count() >= majority);
+    let verdict = if held_fence.is_some() {
+        "held"
+    } else if free >= majority {
+        "free"
+    } else if states.len() < majority {
+        let failures: Vec<String> = views
+            .iter()
+            .filter_map(|v| v.as_ref().err().map(|err| format!("{err:#}")))
+            .collect();
+        return Err(fail(
+            Failure::Unavailable,
+            format!(
+                "only {} of {} masters answered, {majority} needed to tell ({})",
+                states.len(),
+                quorum.len(),
+                failures.join("; ")
+            ),
+        ));
+    } else {
+        "contested"
+    };
+    let key = printable(lock.name.as_str());
+    if args.json {
+        let masters = views
+            .iter()
+            .zip(&shown)
+            .map(|(view, url)| MasterView {
+                url,
+                lock: view.as_ref().ok().map(LockView::new),
+                error: view.as_ref().err().map(|err| format!("{err:#}")),
+            })
+            .collect();
+        print_line(serde_json::to_string_pretty(&QuorumView {
+            key: lock.name.as_str(),
+            verdict,
+            fence: held_fence,
+            majority,
+            masters,
+        })?)?;
+    } else {
+        let on = |fence: u64| {
+            states
+                .iter()
+                .filter(|state| state.holders.iter().any(|holder| holder.fence == fence))
+                .count()
+        };
+        match held_fence {
+            Some(fence) => print_line(format_args!(
+                "{key}: held on {} of {} masters (a majority is {majority}), fence {fence}",
+                on(fence),
+                quorum.len()
+            ))?,
+            None if verdict == "free" => print_line(format_args!(
+                "{key}: free on {free} of {} masters (a majority is {majority})",
+                quorum.len()
+            ))?,
+            None => print_line(format_args!(
+                "{key}: contested: no holder on a majority and not free on a majority; it is taken again when leases run out"
+            ))?,
+        }
+        if let Some(state) = held_fence.and_then(|fence| {
+            states
+                .iter()
+                .find(|state| state.holders.iter().any(|holder| holder.fence == fence))
+        }) {
+            let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
+            rows.extend(
+                state
+                    .holders
+                    .iter()
+                    .map(|holder| holder_cells(holder, state.now)),
+            );
+            print_line(table(&rows))?;
+        }
+        for (view, url) in views.iter().zip(&shown) {
+            let line = match view {
+                Ok(state) if state.holder_count == 0 => "free".to_owned(),
+                Ok(state) => {
+                    let fences: Vec<String> =
+                        state.holders.iter().map(|h| h.fence.to_string()).collect();
+                    format!(
+                        "held ({}), fence {}",
+                        mode_summary(state),
+                        fences.join(", ")
+                    )
+                }
+                Err(err) => format!("no answer: {err:#}"),
+            };
+            print_line(format_args!("  {url}: {line}"))?;
+        }
+    }
+    Ok(if verdict == "free" {
+        Done::Reported(Failure::Free)
+    } else {
+        Done::Success
+    })
+}
+
+/// One lock's state as text.
+fn show(state: &LockState) -> anyhow::Result<()> {
+    {
         let key = printable(state.name.as_str());
         let last_fence = state
             .last_fence
@@ -193,7 +350,7 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
             Some(_) => {
                 print_line(format_args!(
                     "{key}: held ({}), last fence: {last_fence}",
-                    mode_summary(&state)
+                    mode_summary(state)
                 ))?;
                 let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
                 rows.extend(
@@ -255,9 +412,5 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
             print_line(last_run_line(entry, state.now))?;
         }
     }
-    Ok(if state.holder_count == 0 {
-        Done::Reported(Failure::Free)
-    } else {
-        Done::Success
-    })
+    Ok(())
 }

@@ -12,7 +12,7 @@ use crate::cli::KeepAliveArgs;
 use crate::clock::BootInstant;
 use crate::exit::{Done, Failure, fail};
 use crate::keep::{self, Ended, Keep};
-use crate::lock::{Lock, Token};
+use crate::lock::Token;
 use crate::schedule::Plan;
 use crate::signals::Signals;
 
@@ -38,8 +38,8 @@ pub(super) fn run(context: &Context, args: &KeepAliveArgs) -> anyhow::Result<Don
         replicas: args.replicas,
     };
     let signals = Signals::block(context.inherited)?;
-    let lock = Lock::new(&context.prefix, name);
-    match keep::keep(&signals, &context.target, &lock, &token, &keep, context.log)? {
+    let lock = context.lock(name);
+    match keep::keep(&signals, &context.store, &lock, &token, &keep, context.log)? {
         Ended::Signal(signal) => Ok(Done::Interrupted(signal)),
         Ended::Released | Ended::PidGone | Ended::TimeUp => Ok(Done::Success),
         Ended::Lapsed => Ok(Done::Reported(Failure::Lost)),

@@ -3,25 +3,86 @@
 use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_line, printable, table};
 use crate::cli::ListArgs;
-use crate::exit::Done;
+use crate::exit::{Done, Failure, fail};
+use crate::lock::LockState;
+use crate::store::Store;
+use serde::Serialize;
 use std::io::IsTerminal as _;
 
 use crate::lock;
 
 pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
-    let listing = lock::list(context.connect()?, &context.prefix)?;
-    for (key, why) in &listing.skipped {
-        context.log.warn(format_args!(
-            "skipping {}: it holds data redlock did not write ({why:#})",
-            printable(key)
-        ));
+    let (listings, of) = match &context.store {
+        Store::One(target) => (
+            vec![lock::list(context.connect_to(target)?, &context.prefix)?],
+            None,
+        ),
+        Store::Quorum(quorum) => {
+            let mut listings = Vec::new();
+            let replies = quorum.each_session(|session| lock::list(session, &context.prefix));
+            for (reply, url) in replies.into_iter().zip(quorum.shown()) {
+                match reply {
+                    Ok(listing) => listings.push(listing),
+                    Err(err) => context
+                        .log
+                        .warn(format_args!("master {url} did not answer ({err:#})")),
+                }
+            }
+            if listings.len() < quorum.majority() {
+                return Err(fail(
+                    Failure::Unavailable,
+                    format!(
+                        "only {} of {} masters answered, {} needed",
+                        listings.len(),
+                        quorum.len(),
+                        quorum.majority()
+                    ),
+                ));
+            }
+            (listings, Some(quorum.len()))
+        }
+    };
+    // In quorum mode a lock is listed once, as the first master that has it shows it, with
+    // the number of masters where it is held.
+    let mut locks: Vec<(LockState, usize)> = Vec::new();
+    for listing in listings {
+        for (key, why) in &listing.skipped {
+            context.log.warn(format_args!(
+                "skipping {}: it holds data redlock did not write ({why:#})",
+                printable(key)
+            ));
+        }
+        for state in listing.locks {
+            let held = usize::from(state.holder_count > 0);
+            match locks.iter_mut().find(|(seen, _)| seen.name == state.name) {
+                Some((_, count)) => *count += held,
+                None => locks.push((state, held)),
+            }
+        }
     }
-    let locks = listing.locks;
     if args.json {
-        let views: Vec<LockView<'_>> = locks.iter().map(LockView::new).collect();
+        #[derive(Serialize)]
+        struct Listed<'a> {
+            #[serde(flatten)]
+            view: LockView<'a>,
+            /// Quorum mode: masters where it is held, of how many.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            held_on: Option<usize>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            masters: Option<usize>,
+        }
+        let views: Vec<Listed<'_>> = locks
+            .iter()
+            .map(|(state, held_on)| Listed {
+                view: LockView::new(state),
+                held_on: of.map(|_| *held_on),
+                masters: of,
+            })
+            .collect();
         print_line(serde_json::to_string_pretty(&views)?)?;
         return Ok(Done::Success);
     }
+    let locks: Vec<(LockState, usize)> = locks;
     if locks.is_empty() {
         // stdout stays empty for scripts; a person at a terminal is told why.
         let message = format!(
@@ -39,9 +100,12 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     let mut header = ["KEY", "MODE", "HOLDERS", "WAITERS"]
         .map(str::to_owned)
         .to_vec();
+    if of.is_some() {
+        header.insert(1, "MASTERS".to_owned());
+    }
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
-    for state in &locks {
+    for (state, held_on) in &locks {
         let Some(first) = state.holders.first() else {
             continue;
         };
@@ -51,6 +115,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             state.holder_count.to_string(),
             state.queue_length.to_string(),
         ];
+        if let Some(of) = of {
+            row.insert(1, format!("{held_on}/{of}"));
+        }
         row.extend(holder_cells(first, state.now).into_iter().skip(1));
         rows.push(row);
     }

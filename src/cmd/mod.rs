@@ -17,6 +17,7 @@ mod run;
 use std::fmt::Display;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -26,10 +27,13 @@ use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
 use crate::exit::{Done, Failure, Hint, fail};
 use crate::keys::{LockName, Prefix};
-use crate::lock::{Holder, Identity, Mode, Replicas, Token};
+use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token};
 use crate::log::{Log, printable};
+use crate::quorum::Quorum;
 use crate::signals::Inherited;
-use crate::waiting::{Ask, Wait};
+use crate::signals::Signals;
+use crate::store::Store;
+use crate::waiting::{self, Ask, Outcome, Wait};
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -59,7 +63,7 @@ pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
 
 /// Global options, validated.
 pub(crate) struct Context {
-    target: Target,
+    store: Store,
     prefix: Prefix,
     command_timeout: Duration,
     log: Log,
@@ -73,23 +77,31 @@ pub(crate) struct Context {
 impl Context {
     fn new(global: Global, inherited: Inherited) -> anyhow::Result<Self> {
         let prefix = Prefix::new(&global.prefix).context("--prefix")?;
-        let url = global
+        let mut urls: Vec<String> = global
             .redis
-            .clone()
+            .iter()
             .filter(|url| !url.is_empty())
-            .or_else(|| {
+            .cloned()
+            .collect();
+        if urls.is_empty() {
+            urls.push(
                 std::env::var("REDIS_URL")
                     .ok()
                     .filter(|url| !url.is_empty())
-            })
-            .unwrap_or_else(|| DEFAULT_URL.to_owned());
+                    .unwrap_or_else(|| DEFAULT_URL.to_owned()),
+            );
+        }
+        if urls.len() > 1 {
+            crate::quorum::check_count(urls.len())
+                .map_err(|why| fail(Failure::Usage, format!("--redis: {why}")))?;
+        }
         let password = match &global.password_file {
             Some(path) => Some(read_password_file(path, global.quiet)?),
             None => std::env::var("REDLOCK_PASSWORD")
                 .ok()
                 .filter(|p| !p.is_empty()),
         };
-        let relaunch = relaunch(&global, &url, password.as_deref());
+        let relaunch = relaunch(&global, &urls.join(" "), password.as_deref());
         let access = Access {
             password,
             sentinel_password: std::env::var("REDLOCK_SENTINEL_PASSWORD")
@@ -99,10 +111,27 @@ impl Context {
             connect_timeout: global.connect_timeout,
             command_timeout: global.command_timeout,
         };
-        let target = Target::new(&url, access)
-            .with_context(|| format!("--redis {}", crate::conn::redact_url(&url)))?;
+        // A quorum may mix TLS and plaintext masters: the TLS options are for the TLS ones.
+        let is_tls = |url: &str| url.starts_with("rediss");
+        let mixed = urls.iter().any(|url| is_tls(url));
+        let mut targets = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let mut access = access.clone();
+            if mixed && !is_tls(url) {
+                access.tls = None;
+            }
+            targets.push(
+                Target::new(url, access)
+                    .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?,
+            );
+        }
+        let store = if targets.len() == 1 {
+            Store::One(targets.remove(0))
+        } else {
+            Store::Quorum(Arc::new(Quorum::new(targets, global.command_timeout)))
+        };
         Ok(Self {
-            target,
+            store,
             prefix,
             command_timeout: global.command_timeout,
             log: Log {
@@ -114,11 +143,44 @@ impl Context {
         })
     }
 
-    fn connect(&self) -> anyhow::Result<Session> {
-        let session = self.target.connect()?;
+    /// The one Redis, for a command that talks to one server; in quorum mode, the usage error
+    /// naming `command`.
+    fn target(&self, command: &str) -> anyhow::Result<&Target> {
+        match &self.store {
+            Store::One(target) => Ok(target),
+            Store::Quorum(_) => Err(fail(
+                Failure::Usage,
+                format!(
+                    "{command}: not available in quorum mode (several --redis); give one master's URL to read it there"
+                ),
+            )),
+        }
+    }
+
+    fn connect_to(&self, target: &Target) -> anyhow::Result<Session> {
+        let session = target.connect()?;
         self.log
-            .step(format_args!("connected to {}", self.target.redacted()));
+            .step(format_args!("connected to {}", target.redacted()));
         Ok(session)
+    }
+
+    /// The lock named `name`; in quorum mode its releases tell the waiters.
+    fn lock(&self, name: LockName) -> Lock {
+        let lock = Lock::new(&self.prefix, name);
+        match self.store {
+            Store::One(_) => lock,
+            Store::Quorum(_) => lock.notifying(),
+        }
+    }
+
+    /// Takes the lock as `ask` says (`run`, `acquire`).
+    fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
+        match &self.store {
+            Store::One(target) => waiting::acquire(signals, target, lock, ask, self.log),
+            Store::Quorum(quorum) => {
+                crate::quorum_waiting::acquire(signals, quorum, lock, ask, self.log)
+            }
+        }
     }
 }
 
@@ -271,6 +333,18 @@ fn ask(
     ttl: Duration,
     command: &str,
 ) -> anyhow::Result<Ask> {
+    if let (Store::Quorum(_), Some(_)) = (&context.store, args.replicas) {
+        return Err(fail(
+            Failure::Usage,
+            "--replicas: not in quorum mode (the majority of independent masters is the redundancy)",
+        ));
+    }
+    if let (Store::Quorum(_), Some(_)) = (&context.store, args.limit) {
+        return Err(fail(
+            Failure::Usage,
+            "--limit: not in quorum mode: with every master admitting N holders, N+1 holders can each win a majority",
+        ));
+    }
     let mode = match (args.shared, args.limit) {
         (_, Some(limit)) => Mode::Semaphore(limit),
         (true, None) => Mode::Shared,

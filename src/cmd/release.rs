@@ -5,15 +5,26 @@ use std::time::Duration;
 use super::{Context, describe, lock_name, print_line};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Lock, Release};
+use crate::lock::{Ending, Release};
+use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
     let name = lock_name(&args.key)?;
-    let mut session = context.connect()?;
-    let lock = Lock::new(&context.prefix, name);
+    let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {
-        let (now, evicted) = lock.force_release(&mut session)?;
+        let (now, evicted) = match &context.store {
+            Store::One(target) => lock.force_release(&mut context.connect_to(target)?)?,
+            Store::Quorum(quorum) => {
+                let (now, evicted, failures) = quorum.force_release(&lock)?;
+                if !failures.is_empty() {
+                    context.log.warn(format_args!(
+                        "not every master answered ({failures}); what they hold expires with its lease, and a majority no longer has it"
+                    ));
+                }
+                (now, evicted)
+            }
+        };
         if evicted.is_empty() {
             return Err(fail(
                 Failure::NotHeld,
@@ -36,7 +47,16 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         exit: args.exit_status,
         ..Ending::default()
     };
-    match lock.release(&mut session, token, Duration::ZERO, &ending)? {
+    let released = context.store.release(
+        &lock,
+        None,
+        token,
+        Duration::ZERO,
+        &ending,
+        context.command_timeout,
+        context.log,
+    )?;
+    match released {
         Release::Released | Release::Kept(_) => {
             context.log.step(format_args!("released '{key}'"));
             Ok(Done::Success)

@@ -9,11 +9,10 @@ use crate::cli::RunArgs;
 use crate::conn::redact_url;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::Lock;
 use crate::schedule::{MIN_TTL, Plan, Unfit};
 use crate::signals::Signals;
 use crate::supervisor::{self, Job};
-use crate::waiting::{self, Ask, Outcome};
+use crate::waiting::{Ask, Outcome};
 use crate::{child, log::printable};
 
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
@@ -28,7 +27,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     };
 
     let signals = Signals::block(context.inherited)?;
-    let lock = Lock::new(&context.prefix, name);
+    let lock = context.lock(name);
     let key = printable(lock.name.as_str());
     let ask = ask(
         context,
@@ -43,7 +42,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         renews: ask.replicas.is_none(),
         ..ask
     };
-    let held = match waiting::acquire(&signals, &context.target, &lock, &ask, context.log)? {
+    let held = match context.take(&signals, &lock, &ask)? {
         Outcome::Busy { holder, now } => {
             return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
         }
@@ -80,7 +79,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         foreground: child::owns_terminal(),
         replicas: args.lock.replicas,
     };
-    supervisor::supervise(&signals, &context.target, &lock, held, &job, context.log)
+    supervisor::supervise(&signals, &context.store, &lock, held, &job, context.log)
 }
 
 /// The timing plan for the flags given, or the usage error naming them.

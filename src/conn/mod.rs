@@ -9,6 +9,8 @@ mod tls;
 mod transport;
 mod url;
 
+pub(crate) use transport::Closer;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -412,6 +414,28 @@ impl Session {
             .set_timeout(timeout)
             .map_err(|err| fail(Failure::Unavailable, err.to_string()))
             .with_context(|| self.dial.shown.clone())
+    }
+
+    /// Subscribes to `channel` (Pub/Sub): from now on the connection only receives messages
+    /// ([`Self::next_message`]). Returns a handle that ends the subscription from another
+    /// thread.
+    pub(crate) fn subscribe(&mut self, channel: &str) -> anyhow::Result<transport::Closer> {
+        self.run(|con| {
+            redis::cmd("SUBSCRIBE")
+                .arg(channel)
+                .query::<redis::Value>(con)
+        })?;
+        self.con
+            .closer()
+            .map_err(|err| fail(Failure::Unavailable, err.to_string()))
+    }
+
+    /// Blocks for the next message on a subscribed connection, within the timeout in force.
+    pub(crate) fn next_message(&mut self) -> anyhow::Result<()> {
+        self.con
+            .next_push()
+            .map(drop)
+            .map_err(|err| self.explain(&err))
     }
 
     /// The bound on each command now in force.

@@ -153,6 +153,21 @@ impl Connection {
             .set_timeout(Some(timeout.max(Duration::from_millis(1))))
     }
 
+    /// Reads the next message the server pushes (Pub/Sub), within the timeout in force.
+    pub(crate) fn next_push(&mut self) -> RedisResult<Value> {
+        self.receive()
+    }
+
+    /// A handle that can end this connection from another thread: a read blocked on it
+    /// returns at once.
+    pub(crate) fn closer(&self) -> io::Result<Closer> {
+        Ok(match &self.stream {
+            Stream::Tcp(tcp) => Closer::Tcp(tcp.try_clone()?),
+            Stream::Unix(unix) => Closer::Unix(unix.try_clone()?),
+            Stream::Tls(tls) => Closer::Tcp(tls.sock.try_clone()?),
+        })
+    }
+
     /// The TLS error that broke the connection, if that is what broke it.
     pub(crate) fn tls_error(&self) -> Option<&rustls::Error> {
         self.tls_error.as_ref()
@@ -180,6 +195,21 @@ impl Connection {
             self.broken = true;
         }
         received
+    }
+}
+
+/// Ends a connection from another thread (see [`Connection::closer`]).
+pub(crate) enum Closer {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Closer {
+    pub(crate) fn close(&self) {
+        let _ = match self {
+            Closer::Tcp(tcp) => tcp.shutdown(std::net::Shutdown::Both),
+            Closer::Unix(unix) => unix.shutdown(std::net::Shutdown::Both),
+        };
     }
 }
 

@@ -1,0 +1,48 @@
+-- raise: quorum mode only (README, "Several masters"). A holder's fence is the largest that the
+-- majority of masters which granted the lock issued; before the holder uses it, that fence is
+-- written back to a majority: the counter rises to it (never falls), and the holder's record and
+-- its history entry carry it, so any later majority sees a counter at least this high.
+-- Token-checked: only a master where the token holds the lock is raised (the fencing argument
+-- needs exactly those: README, "Fences over a quorum").
+-- Returns {1, now_ms} when raised, {0, now_ms} when the token holds nothing here; an error reply
+-- for a fence that is not decimal digits below the maximum (nothing changed).
+local refused, key, arg = inputs({'holders', 'leases', 'fence', 'history'}, {'token', 'issued'})
+if refused then return refused end
+local token, fence = arg.token, arg.issued
+if not string.match(fence, '^%d+$') or tonumber(fence) >= MAX_FENCE then
+  return redis.error_reply('ERR redlock raise: not a fence below the maximum')
+end
+
+local lock
+refused, lock = open_lock(key, {fence = true, acl = {
+  {'SET', key.fence, '1'}, {'HSET', key.holders, 'f', 'v'}, {'PEXPIREAT', key.holders, '1'},
+  {'ZADD', key.leases, '1', 'm'}, {'PEXPIREAT', key.leases, '1'},
+  {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
+}})
+if refused then return refused end
+local mine
+refused, mine = holder_of(lock, token)
+if refused then return refused end
+if mine == nil then return {0, lock.now} end
+
+-- From here on, writes.
+begin_writes(lock)
+if not lock.last_fence or tonumber(lock.last_fence) < tonumber(fence) then
+  redis.call('SET', key.fence, fence)
+end
+local before = tostring(mine.fence)
+if before ~= fence then
+  mine.fence = fence
+  put_holder(lock, token, mine, false)
+  -- The history is scored by fence: the entry moves to the fence it now carries.
+  local found = redis.call('ZRANGEBYSCORE', key.history, before, before, 'LIMIT', 0, 1)
+  local entry = decode(found[1])
+  if entry then
+    entry.fence = fence
+    redis.call('ZREM', key.history, found[1])
+    redis.call('ZADD', key.history, fence, cjson.encode(entry))
+    lock.history_written = true
+  end
+end
+settle(lock)
+return {1, lock.now}

@@ -1,0 +1,514 @@
+//! Quorum mode (README, "Several masters"): one lock held on a majority of N independent Redis
+//! masters, antirez's Redlock made explicit. Every request goes to all masters at once, one
+//! thread per master, each bounded by the per-master timeout; on each master the same
+//! token-checked scripts as in single-master mode do the work, and this module counts the
+//! answers. A majority decides; the validity (the lease minus the time the round took minus
+//! the clock drift) bounds what a holder may believe; and a second round writes the fence back
+//! to a majority, so that fences only grow (`lua/raise.lua`, README "Fences over a quorum").
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+use crate::conn::{Session, Target};
+use crate::exit::{Failure, fail, failure_of};
+use crate::lock::{
+    Acquisition, Ending, Holder, Lease, Lock, LockState, Queueing, Release, Request, Waiter,
+};
+
+/// One master, and the connection kept to it between requests.
+struct Master {
+    target: Target,
+    session: Mutex<Option<Session>>,
+}
+
+impl Master {
+    /// Runs `request` over the kept connection, or a new one, within `limit` for connecting
+    /// and `limit` for the request. A connection that failed is dropped.
+    fn call<T>(
+        &self,
+        limit: Duration,
+        request: impl FnOnce(&mut Session) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let kept = self
+            .session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let mut session = match kept {
+            Some(session) => session,
+            None => self.target.connect_within(limit)?,
+        };
+        session.set_command_timeout(limit)?;
+        let result = request(&mut session);
+        if result.is_ok() && self.target.reuses_connections() {
+            *self
+                .session
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(session);
+        }
+        result.with_context_of(&self.target)
+    }
+}
+
+/// Names the master in an error that does not name it yet.
+trait WithContextOf<T> {
+    fn with_context_of(self, target: &Target) -> anyhow::Result<T>;
+}
+
+impl<T> WithContextOf<T> for anyhow::Result<T> {
+    fn with_context_of(self, target: &Target) -> anyhow::Result<T> {
+        self.map_err(|err| {
+            let shown = target.redacted().to_owned();
+            if format!("{err:#}").contains(&shown) {
+                err
+            } else {
+                err.context(shown)
+            }
+        })
+    }
+}
+
+/// N independent masters (N odd, at least 3).
+pub(crate) struct Quorum {
+    masters: Vec<Master>,
+    /// The longest one master's request may take (connecting counts apart).
+    request_timeout: Duration,
+}
+
+/// The smallest number of masters `Quorum::new` accepts.
+pub(crate) const MIN_MASTERS: usize = 3;
+
+/// A request is bounded by the command timeout, and by a tenth of the lease: a slow master
+/// must not eat the validity of an acquisition the others granted.
+fn per_master_limit(request_timeout: Duration, ttl: Duration) -> Duration {
+    request_timeout.min(ttl / 10).max(Duration::from_millis(10))
+}
+
+/// The clock drift allowed for over a lease of `ttl`: 1 % of it plus 2 ms, as everywhere in
+/// redlock (the servers' clocks run at slightly different rates than ours).
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// What is left of a lease of `ttl` after a round that took `elapsed`: the clocks of the
+/// masters may run faster than ours by the drift, so that much less.
+fn validity(ttl: Duration, elapsed: Duration) -> Duration {
+    ttl.saturating_sub(elapsed + drift(ttl))
+}
+
+/// How one acquisition round over the masters ended.
+pub(crate) enum Attempt {
+    /// Held on a majority, with the fence written back there; `sent`: when the round began,
+    /// from which the validity counts.
+    Acquired { lease: Lease, sent: BootInstant },
+    /// A majority answered and did not grant it. `holder` is one that holds it, `now` that
+    /// master's time, `hint` when enough masters may be free without anyone telling us.
+    Busy {
+        holder: Option<Holder>,
+        now: u64,
+        hint: Duration,
+    },
+    /// `reenter`, and the token does not hold the lock on a majority (any more).
+    NotHeldByToken,
+    /// Fewer than a majority answered; whatever the others granted was given back.
+    Unavailable(anyhow::Error),
+}
+
+impl Quorum {
+    /// The masters at `targets`; the caller checked that there are an odd number, at least 3.
+    pub(crate) fn new(targets: Vec<Target>, request_timeout: Duration) -> Self {
+        Self {
+            masters: targets
+                .into_iter()
+                .map(|target| Master {
+                    target,
+                    session: Mutex::new(None),
+                })
+                .collect(),
+            request_timeout,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.masters.len()
+    }
+
+    /// How many masters make a majority.
+    pub(crate) fn majority(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// Each master, as shown to people (passwords redacted).
+    pub(crate) fn shown(&self) -> Vec<String> {
+        self.masters
+            .iter()
+            .map(|master| master.target.redacted().to_owned())
+            .collect()
+    }
+
+    /// The targets, for what talks to one master at a time (listening for releases).
+    pub(crate) fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.masters.iter().map(|master| &master.target)
+    }
+
+    /// Runs `request` on every master at once, each within `limit`; the replies in the
+    /// masters' order. Returns when the last master answered or timed out.
+    fn fan_out<T: Send>(
+        &self,
+        limit: Duration,
+        request: impl Fn(&mut Session) -> anyhow::Result<T> + Sync,
+    ) -> Vec<anyhow::Result<T>> {
+        self.fan_out_where(limit, |_, session| request(session), |_| true)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// One line naming each master that failed, for an error.
+    fn failures<T>(&self, replies: &[anyhow::Result<T>]) -> String {
+        replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().err().map(|err| format!("{err:#}")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn too_few(&self, answered: usize, failures: &str) -> anyhow::Error {
+        fail(
+            Failure::Unavailable,
+            format!(
+                "only {answered} of {} masters answered, {} needed ({failures})",
+                self.len(),
+                self.majority()
+            ),
+        )
+    }
+
+    /// One acquisition round: the acquire script on every master, then, when a majority
+    /// granted it with validity left, the fence written back to a majority. Anything less is
+    /// given back on every master that granted it or did not answer (`lock.leave`: a request
+    /// still on its way there takes nothing when it runs). Never queues.
+    pub(crate) fn try_acquire(&self, lock: &Lock, request: &Request<'_>) -> Attempt {
+        let sent = BootInstant::now();
+        let ttl = request.ttl;
+        let limit = per_master_limit(self.request_timeout, ttl);
+        let waiter = Waiter {
+            id: Waiter::new().id,
+            token: request.token.clone(),
+        };
+        let replies = self.fan_out(limit, |session| {
+            lock.acquire(session, request, Queueing::No)
+        });
+        let validity = |now: BootInstant| validity(ttl, now.since(sent));
+        let mut granted = Vec::new();
+        let mut busy = Vec::new();
+        let mut not_held = 0;
+        for (index, reply) in replies.iter().enumerate() {
+            match reply {
+                Ok(Acquisition::Acquired(lease)) => granted.push((index, lease.fence)),
+                Ok(Acquisition::Busy {
+                    holder, now, hint, ..
+                }) => busy.push((holder.clone(), *now, *hint)),
+                Ok(Acquisition::NotHeldByToken) => not_held += 1,
+                Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) => {}
+            }
+        }
+        let majority = self.majority();
+        if granted.len() >= majority && validity(BootInstant::now()) > Duration::ZERO {
+            let fence = granted.iter().map(|&(_, fence)| fence).max().unwrap_or(0);
+            let raised = if request.reenter {
+                // Re-entry keeps the fence the enclosing invocation was issued.
+                granted.len()
+            } else {
+                let limit = limit.min(validity(BootInstant::now()));
+                self.fan_out(limit, |session| {
+                    lock.raise_fence(session, request.token, fence)
+                })
+                .iter()
+                .filter(|reply| matches!(reply, Ok(true)))
+                .count()
+            };
+            if raised >= majority && validity(BootInstant::now()) > Duration::ZERO {
+                return Attempt::Acquired {
+                    lease: Lease {
+                        token: request.token.clone(),
+                        fence,
+                        ttl,
+                    },
+                    sent,
+                };
+            }
+        }
+        // Not acquired: give back what was taken, everywhere it may have been. A master that
+        // granted it is released (its request is done); one that did not answer gets the
+        // token given up (`lock.leave`), so that a request still on its way takes nothing.
+        let give_back: Vec<Option<bool>> = replies
+            .iter()
+            .map(|reply| match reply {
+                Ok(Acquisition::Acquired(_)) => Some(true),
+                Ok(Acquisition::Busy { .. } | Acquisition::NotHeldByToken) => None,
+                // Re-entry: the enclosing invocation's token is not ours to give up.
+                Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) if request.reenter => None,
+                Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) => Some(false),
+            })
+            .collect();
+        let _ = self.fan_out_where(
+            limit,
+            |index, session| match give_back[index] {
+                None => Ok(()),
+                Some(true) => lock
+                    .release(session, request.token, Duration::ZERO, &Ending::default())
+                    .map(drop),
+                Some(false) => lock.leave(session, &waiter),
+            },
+            |index| give_back[index].is_some(),
+        );
+        let answered = granted.len() + busy.len() + not_held;
+        if request.reenter && not_held + busy.len() >= majority {
+            return Attempt::NotHeldByToken;
+        }
+        if answered < majority {
+            return Attempt::Unavailable(self.too_few(answered, &self.failures(&replies)));
+        }
+        // Free when enough busy masters' holders expire to make a majority with the free ones.
+        let free = self.len() - busy.len();
+        let mut hints: Vec<Duration> = busy.iter().map(|&(_, _, hint)| hint).collect();
+        hints.sort();
+        let hint = hints
+            .get(majority.saturating_sub(free + 1))
+            .copied()
+            .unwrap_or_default();
+        let (holder, now) = busy
+            .into_iter()
+            .find(|(holder, ..)| holder.is_some())
+            .map_or((None, 0), |(holder, now, _)| (holder, now));
+        Attempt::Busy { holder, now, hint }
+    }
+
+    /// Like `fan_out`, on the masters `chosen` by index only; `request` is told the index.
+    fn fan_out_where<T: Send>(
+        &self,
+        limit: Duration,
+        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Sync,
+        chosen: impl Fn(usize) -> bool,
+    ) -> Vec<Option<anyhow::Result<T>>> {
+        let request = &request;
+        std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .masters
+                .iter()
+                .enumerate()
+                .map(|(index, master)| {
+                    chosen(index).then(|| {
+                        scope.spawn(move || master.call(limit, |session| request(index, session)))
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|thread| {
+                    thread.map(|thread| {
+                        thread
+                            .join()
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a request panicked")))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Gives `waiter`'s token up on every master, within `limit` each (see `Lock::leave`).
+    pub(crate) fn leave(&self, lock: &Lock, waiter: &Waiter, limit: Duration) {
+        let _ = self.fan_out(limit, |session| lock.leave(session, waiter));
+    }
+
+    /// Resets the lease of `token` to `ttl` on every master, within `limit` each. `Ok(true)`:
+    /// a majority confirmed it. `Ok(false)`: too few masters still hold it for a majority
+    /// ever to confirm it again (lost). An error: not confirmed, not known to be lost.
+    pub(crate) fn extend(
+        &self,
+        lock: &Lock,
+        token: &crate::lock::Token,
+        ttl: Duration,
+        limit: Duration,
+    ) -> anyhow::Result<bool> {
+        let replies = self.fan_out(limit, |session| lock.extend(session, token, ttl, None));
+        let confirmed = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        let unknown = replies.iter().filter(|r| r.is_err()).count();
+        if confirmed >= self.majority() {
+            Ok(true)
+        } else if confirmed + unknown < self.majority() {
+            Ok(false)
+        } else {
+            Err(fail(
+                Failure::Unavailable,
+                format!(
+                    "the renewal was confirmed by {confirmed} of {} masters, {} needed ({})",
+                    self.len(),
+                    self.majority(),
+                    self.failures(&replies)
+                ),
+            ))
+        }
+    }
+
+    /// Releases the hold of `token` on every master, within `limit` each.
+    pub(crate) fn release(
+        &self,
+        lock: &Lock,
+        token: &crate::lock::Token,
+        min_hold: Duration,
+        ending: &Ending,
+        limit: Duration,
+    ) -> anyhow::Result<Release> {
+        let replies = self.fan_out(limit, |session| {
+            lock.release(session, token, min_hold, ending)
+        });
+        let answered: Vec<Release> = replies
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        let not_held = answered.iter().filter(|r| **r == Release::NotHeld).count();
+        if let Some(still) = answered.iter().find_map(|r| match r {
+            Release::StillHeld(holds) => Some(*holds),
+            _ => None,
+        }) {
+            return Ok(Release::StillHeld(still));
+        }
+        if let Some(kept) = answered
+            .iter()
+            .filter_map(|r| match r {
+                Release::Kept(left) => Some(*left),
+                _ => None,
+            })
+            .max()
+        {
+            return Ok(Release::Kept(kept));
+        }
+        if not_held >= self.majority() {
+            return Ok(Release::NotHeld);
+        }
+        if answered.contains(&Release::Released) {
+            // A master that did not answer keeps its part until its lease ends: a minority,
+            // which no one can assemble a majority with.
+            return Ok(Release::Released);
+        }
+        Err(self.too_few(answered.len(), &self.failures(&replies)))
+    }
+
+    /// Removes every holder on every master; the holders evicted (each once) and a master's
+    /// time. Fails when fewer than a majority answered (the lock may still be held).
+    pub(crate) fn force_release(&self, lock: &Lock) -> anyhow::Result<(u64, Vec<Holder>, String)> {
+        let replies = self.fan_out(self.request_timeout, |session| lock.force_release(session));
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if answered < self.majority() {
+            return Err(self.too_few(answered, &self.failures(&replies)));
+        }
+        let mut now = 0;
+        let mut evicted: Vec<Holder> = Vec::new();
+        for (at, holders) in replies.iter().filter_map(|r| r.as_ref().ok()) {
+            now = now.max(*at);
+            for holder in holders {
+                let seen = evicted.iter().any(|other| {
+                    other.fence == holder.fence
+                        && other.who.pid == holder.who.pid
+                        && other.who.host == holder.who.host
+                });
+                if !seen {
+                    evicted.push(holder.clone());
+                }
+            }
+        }
+        Ok((now, evicted, self.failures(&replies)))
+    }
+
+    /// Each master's view of the lock, in the masters' order.
+    pub(crate) fn inspect(&self, lock: &Lock) -> Vec<anyhow::Result<LockState>> {
+        self.fan_out(self.request_timeout, |session| lock.inspect(session))
+    }
+
+    /// Each master's sessions for reading every key (`SCAN`), in the masters' order.
+    pub(crate) fn each_session<T: Send>(
+        &self,
+        read: impl Fn(Session) -> anyhow::Result<T> + Sync,
+    ) -> Vec<anyhow::Result<T>> {
+        let read = &read;
+        std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .masters
+                .iter()
+                .map(|master| {
+                    scope.spawn(move || {
+                        master
+                            .target
+                            .connect()
+                            .and_then(read)
+                            .with_context_of(&master.target)
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a request panicked")))
+                })
+                .collect()
+        })
+    }
+}
+
+/// Whether an error is one a retry may cure (a master unreachable or slow), as opposed to a
+/// refusal that will repeat (bad password, foreign data).
+pub(crate) fn transient(err: &anyhow::Error) -> bool {
+    matches!(failure_of(err), None | Some(Failure::Unavailable))
+}
+
+/// The number of URLs quorum mode needs, or why these are not enough.
+pub(crate) fn check_count(count: usize) -> Result<(), String> {
+    if count < MIN_MASTERS {
+        Err(format!(
+            "{count} Redis URLs given; quorum mode needs at least {MIN_MASTERS} independent masters (or give exactly one)"
+        ))
+    } else if count.is_multiple_of(2) {
+        Err(format!(
+            "{count} Redis URLs given; quorum mode needs an odd number: with {count}, a majority is {} and one more lost master stops everything, as with {}",
+            count / 2 + 1,
+            count - 1
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_allows_for_the_drift() {
+        let ms = Duration::from_millis;
+        assert_eq!(validity(ms(10_000), ms(0)), ms(10_000 - 102));
+        assert_eq!(validity(ms(10_000), ms(500)), ms(10_000 - 500 - 102));
+        // Elapsed below the lease, but the drift eats the rest: nothing is valid.
+        assert_eq!(validity(ms(1_000), ms(990)), Duration::ZERO);
+        assert_eq!(validity(ms(1_000), ms(2_000)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_count_of_masters_is_odd_and_at_least_three() {
+        assert!(check_count(2).unwrap_err().contains("at least 3"));
+        assert!(check_count(4).unwrap_err().contains("odd"));
+        assert!(check_count(3).is_ok() && check_count(5).is_ok() && check_count(7).is_ok());
+    }
+
+    #[test]
+    fn a_request_is_bounded_well_inside_the_lease() {
+        let ms = Duration::from_millis;
+        assert_eq!(per_master_limit(ms(5_000), ms(10_000)), ms(1_000));
+        assert_eq!(per_master_limit(ms(300), ms(10_000)), ms(300));
+        assert_eq!(per_master_limit(ms(300), ms(50)), ms(10));
+    }
+}

@@ -1,0 +1,95 @@
+//! Where locks live: one Redis (a server, a Sentinel-managed master or a Cluster), or several
+//! independent masters in quorum mode (`quorum`). The renewals and the final release of `run`
+//! and of `acquire --keep-alive`'s keeper go through here, so they need not know which.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+use crate::conn::{Session, Target};
+use crate::exit::{Failure, failure_of};
+use crate::lock::{Ending, Lock, Release, Replicas, Token};
+use crate::log::Log;
+use crate::quorum::Quorum;
+
+/// One Redis, or a quorum of masters.
+#[derive(Clone)]
+pub(crate) enum Store {
+    One(Target),
+    Quorum(Arc<Quorum>),
+}
+
+impl Store {
+    /// Resets the lease of `token` to `ttl`, within `timeout` (per master in quorum mode).
+    /// Returns whether it was confirmed, and the connection to reuse next time, if any.
+    pub(crate) fn extend(
+        &self,
+        lock: &Lock,
+        session: Option<Session>,
+        token: &Token,
+        ttl: Duration,
+        replicas: Option<Replicas>,
+        timeout: Duration,
+    ) -> anyhow::Result<(bool, Option<Session>)> {
+        match self {
+            Store::One(target) => {
+                let mut session = match session.filter(|_| target.reuses_connections()) {
+                    Some(session) => session,
+                    None => target.connect_within(timeout)?,
+                };
+                session.set_command_timeout(timeout)?;
+                let extended = lock.extend(&mut session, token, ttl, replicas)?;
+                Ok((extended, Some(session)))
+            }
+            Store::Quorum(quorum) => quorum
+                .extend(lock, token, ttl, timeout)
+                .map(|extended| (extended, None)),
+        }
+    }
+
+    /// Token-checked release (or keep for the minimum hold) within `bound`. With one Redis,
+    /// over `session` if given (it may have sat idle for a long time: if it fails, one fresh
+    /// connection is tried); in quorum mode, on every master at once.
+    // The release's own inputs (as `Lock::release` takes them) and how to bound and log it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn release(
+        &self,
+        lock: &Lock,
+        session: Option<Session>,
+        token: &Token,
+        min_hold: Duration,
+        ending: &Ending,
+        bound: Duration,
+        log: Log,
+    ) -> anyhow::Result<Release> {
+        let deadline = BootInstant::now() + bound;
+        let target = match self {
+            Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
+            Store::One(target) => target,
+        };
+        let released = match session.filter(|_| target.reuses_connections()) {
+            Some(mut session) => {
+                let _ = session.set_command_timeout(session.command_timeout().min(bound));
+                lock.release(&mut session, token, min_hold, ending)
+            }
+            None => target.connect_within(bound).and_then(|mut fresh| {
+                fresh.set_command_timeout(bound)?;
+                lock.release(&mut fresh, token, min_hold, ending)
+            }),
+        };
+        match released {
+            Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
+                log.step(format_args!("releasing failed ({err:#}); reconnecting"));
+                target
+                    .connect_within(deadline.remaining())
+                    .and_then(|mut fresh| {
+                        fresh.set_command_timeout(
+                            deadline.remaining().max(Duration::from_millis(10)),
+                        )?;
+                        lock.release(&mut fresh, token, min_hold, ending)
+                    })
+            }
+            result => result,
+        }
+    }
+}

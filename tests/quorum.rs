@@ -1,0 +1,595 @@
+//! Quorum mode (issue 14; README "Several masters"): the lock held on a majority of
+//! independent redis-servers. Masters stopped (SIGSTOP), killed and restarted before, during
+//! and between acquisitions; the verdicts, the fences and what is left on each master checked
+//! from outside.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::util::{RedisServer, Redlock, TempDir, send_signal};
+
+/// `count` independent masters.
+struct Masters {
+    servers: Vec<RedisServer>,
+}
+
+impl Masters {
+    fn start(count: usize) -> Self {
+        Self::start_with(count, &[])
+    }
+
+    fn start_with(count: usize, extra: &[&str]) -> Self {
+        Self {
+            servers: (0..count).map(|_| RedisServer::start_with(extra)).collect(),
+        }
+    }
+
+    /// REDLOCK_URL for all of them: URLs separated by spaces.
+    fn urls(&self) -> String {
+        self.servers
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn redlock(&self, args: &[&str]) -> Redlock {
+        Redlock::new(args).env("REDLOCK_URL", &self.urls())
+    }
+
+    /// The keys on each master, the fence counter and the history left out.
+    fn lock_keys(&self) -> Vec<Vec<String>> {
+        self.servers
+            .iter()
+            .map(|server| {
+                server
+                    .keys_but_history()
+                    .into_iter()
+                    .filter(|key| !key.ends_with(":fence"))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn holders_on(&self, index: usize, key: &str) -> i64 {
+        self.servers[index].cmd(&["HLEN", &format!("redlock:{{{key}}}:holders")])
+    }
+}
+
+#[test]
+fn a_lock_is_held_on_every_master_and_released_everywhere() {
+    let masters = Masters::start(5);
+    let out = masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "30s", "--json"])
+        .run();
+    out.code(0);
+    let acquired = out.json();
+    let token = acquired["token"].as_str().unwrap().to_owned();
+    let fence = acquired["fence"].as_u64().unwrap();
+    for (index, server) in masters.servers.iter().enumerate() {
+        assert_eq!(masters.holders_on(index, "q"), 1, "master {index}");
+        // The fence written back: the counter and the record carry the quorum's fence.
+        let counter: String = server.cmd(&["GET", "redlock:{q}:fence"]);
+        assert_eq!(counter.parse::<u64>().unwrap(), fence, "master {index}");
+    }
+    let inspected = masters.redlock(&["inspect", "--key", "q", "--json"]).run();
+    inspected.code(0);
+    let view = inspected.json();
+    assert_eq!(view["verdict"], "held");
+    assert_eq!(view["fence"].as_u64(), Some(fence));
+    assert_eq!(view["masters"].as_array().unwrap().len(), 5);
+    masters
+        .redlock(&["inspect", "--key", "q"])
+        .run()
+        .code(0)
+        .stdout_contains("held on 5 of 5 masters (a majority is 3)");
+    masters
+        .redlock(&["list"])
+        .run()
+        .code(0)
+        .stdout_contains("5/5");
+    masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "30s"])
+        .run()
+        .code(75);
+    masters
+        .redlock(&["extend", "--key", "q", "--token", &token, "--ttl", "60s"])
+        .run()
+        .code(0);
+    masters
+        .redlock(&["release", "--key", "q", "--token", &token])
+        .run()
+        .code(0);
+    assert!(masters.lock_keys().iter().all(Vec::is_empty));
+    masters
+        .redlock(&["inspect", "--key", "q"])
+        .run()
+        .code(1)
+        .stdout_contains("free on 5 of 5");
+    masters
+        .redlock(&["release", "--key", "q", "--token", &token])
+        .run()
+        .code(1);
+}
+
+#[test]
+fn bad_quorums_are_refused_before_redis() {
+    let masters = Masters::start(4);
+    masters
+        .redlock(&["run", "--key", "q", "--", "true"])
+        .run()
+        .code(64)
+        .one_line_error("quorum mode needs an odd number");
+    Redlock::new(&["run", "--key", "q", "--", "true"])
+        .env(
+            "REDLOCK_URL",
+            &format!("{} {}", masters.servers[0].url(), masters.servers[1].url()),
+        )
+        .run()
+        .code(64)
+        .one_line_error("at least 3");
+    let three = Masters {
+        servers: masters.servers.into_iter().take(3).collect(),
+    };
+    for args in [
+        &["run", "--key", "q", "--limit", "2", "--", "true"][..],
+        &["acquire", "--key", "q", "--replicas", "1"][..],
+        &["history", "--key", "q"][..],
+    ] {
+        three.redlock(args).run().code(64);
+    }
+    assert!(three.lock_keys().iter().all(Vec::is_empty));
+    // The same masters given as repeated --redis.
+    let mut args = vec!["run".to_owned(), "--key".into(), "q".into()];
+    for server in &three.servers {
+        args.extend(["--redis".to_owned(), server.url()]);
+    }
+    args.extend(["--".into(), "true".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Redlock::new(&args).run().code(0);
+}
+
+#[test]
+fn two_masters_down_of_five_still_works_three_down_is_unavailable_and_leaves_nothing() {
+    let mut masters = Masters::start(5);
+    masters.servers[0].kill();
+    masters.servers[1].kill();
+    masters
+        .redlock(&["run", "--key", "q", "--ttl", "3s", "--", "true"])
+        .run()
+        .code(0);
+    masters.servers[2].kill();
+    let out = masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "30s"])
+        .run();
+    out.code(69).one_line_error("masters answered");
+    for index in 3..5 {
+        let left: Vec<String> = masters.servers[index]
+            .keys_but_history()
+            .into_iter()
+            .filter(|key| !key.ends_with(":fence"))
+            .collect();
+        assert!(left.is_empty(), "master {index} kept {left:?}");
+    }
+}
+
+#[test]
+fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
+    let dir = TempDir::new("quorum-run");
+    let mut masters = Masters::start(5);
+    // A minority lost mid-run: the command finishes.
+    let running = masters
+        .redlock(&["run", "--key", "q", "--ttl", "2s", "--", "sleep", "3"])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    masters.servers[0].kill();
+    masters.servers[1].kill();
+    running.wait(Duration::from_secs(15)).code(0);
+    // A majority lost: the command is dead before the lease can lapse, exit 125.
+    let marker = dir.path().join("alive");
+    let script = format!(
+        "while :; do date +%s%N > {}; sleep 0.05; done",
+        marker.display()
+    );
+    let running = masters
+        .redlock(&[
+            "run", "--key", "r", "--ttl", "2s", "--", "sh", "-c", &script,
+        ])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let lost_at = crate::util::wall_ms();
+    masters.servers[2].kill();
+    let out = running.wait(Duration::from_secs(15));
+    out.code(125);
+    let last_write_ns: u64 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let last_write_ms = last_write_ns / 1_000_000;
+    // Confirmed last before the loss; the lease was 2 s from a renewal's send.
+    assert!(
+        last_write_ms < lost_at + 2000,
+        "the command ran {} ms after the majority was lost",
+        last_write_ms.saturating_sub(lost_at)
+    );
+}
+
+#[test]
+fn a_stopped_master_does_not_stall_an_acquisition() {
+    let masters = Masters::start(5);
+    send_signal(masters.servers[0].pid(), "STOP");
+    send_signal(masters.servers[1].pid(), "STOP");
+    let started = Instant::now();
+    let out = masters
+        .redlock(&[
+            "--command-timeout",
+            "300ms",
+            "--connect-timeout",
+            "300ms",
+            "acquire",
+            "--key",
+            "q",
+            "--ttl",
+            "10s",
+        ])
+        .run();
+    out.code(0);
+    // Bounded by the per-master timeout (connect and request), not by the stopped masters.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let token = out.stdout.trim().to_owned();
+    send_signal(masters.servers[0].pid(), "CONT");
+    send_signal(masters.servers[1].pid(), "CONT");
+    masters
+        .redlock(&["release", "--key", "q", "--token", &token])
+        .run()
+        .code(0);
+    // The stopped masters ran the requests when continued: given up, nothing held there.
+    std::thread::sleep(Duration::from_millis(300));
+    for index in 0..5 {
+        assert_eq!(masters.holders_on(index, "q"), 0, "master {index}");
+    }
+}
+
+/// The round takes longer than the lease (a majority answers late): validity is gone, so no
+/// acquisition, and whatever the late masters granted is given back.
+#[test]
+fn a_majority_answering_after_the_lease_grants_nothing() {
+    let masters = Masters::start_with(3, &["--enable-debug-command", "local"]);
+    let sleepers: Vec<_> = masters.servers[..2]
+        .iter()
+        .map(|server| {
+            let mut con = server.client();
+            std::thread::spawn(move || {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEBUG").arg("SLEEP").arg("1").query(&mut con);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "500ms"])
+        .run()
+        .code(69);
+    for sleeper in sleepers {
+        sleeper.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    for index in 0..3 {
+        assert_eq!(masters.holders_on(index, "q"), 0, "master {index}");
+    }
+}
+
+#[test]
+fn shared_holders_coexist_and_exclude_a_writer_and_reentry_works() {
+    let masters = Masters::start(3);
+    let first = masters
+        .redlock(&["acquire", "--key", "rw", "--shared", "--ttl", "30s"])
+        .run();
+    first.code(0);
+    masters
+        .redlock(&["acquire", "--key", "rw", "--shared", "--ttl", "30s"])
+        .run()
+        .code(0);
+    masters
+        .redlock(&["acquire", "--key", "rw", "--ttl", "30s"])
+        .run()
+        .code(75);
+    // A nested run of the same lock re-enters it instead of waiting for itself.
+    masters
+        .redlock(&[
+            "run",
+            "--key",
+            "nest",
+            "--ttl",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            "\"$REDLOCK_SELF\" run --key nest --ttl 5s -- true",
+        ])
+        .env("REDLOCK_SELF", crate::util::REDLOCK)
+        .run()
+        .code(0);
+    assert!(
+        masters
+            .lock_keys()
+            .iter()
+            .all(|keys| keys.iter().all(|key| key.contains("{rw}")))
+    );
+}
+
+/// Waiters that contend for the lock all get it in turn, never two at once, and a waiter
+/// hears of a release instead of sleeping through it.
+#[test]
+fn contending_waiters_take_turns_and_wake_on_release() {
+    let dir = TempDir::new("quorum-turns");
+    let masters = Masters::start(3);
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start $$\" >> {log}; sleep 0.05; echo \"end $$\" >> {log}",
+        log = log.display()
+    );
+    let runs: Vec<_> = (0..6)
+        .map(|_| {
+            masters
+                .redlock(&[
+                    "run", "--key", "turns", "--ttl", "5s", "--wait", "60s", "--", "sh", "-c",
+                    &script,
+                ])
+                .spawn()
+        })
+        .collect();
+    for run in runs {
+        run.wait(Duration::from_secs(60)).code(0);
+    }
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 12, "{lines:?}");
+    for pair in lines.chunks(2) {
+        let started = pair[0].strip_prefix("start ").unwrap();
+        assert_eq!(pair[1], format!("end {started}"), "overlap: {lines:?}");
+    }
+    // A waiter behind a long holder is woken by the release, not by the holder's lease.
+    let holder = masters
+        .redlock(&["acquire", "--key", "wake", "--ttl", "60s"])
+        .run();
+    holder.code(0);
+    let token = holder.stdout.trim().to_owned();
+    let waiter = masters
+        .redlock(&["run", "--key", "wake", "--wait", "60s", "--", "true"])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let released = Instant::now();
+    masters
+        .redlock(&["release", "--key", "wake", "--token", &token])
+        .run()
+        .code(0);
+    waiter.wait(Duration::from_secs(30)).code(0);
+    // The waiter looks at the lock at least every 5 s without a notice; with one, at once.
+    assert!(
+        released.elapsed() < Duration::from_secs(4),
+        "the waiter took {:?} after the release",
+        released.elapsed()
+    );
+}
+
+/// The issue's fencing test: acquisitions across 5 masters by contending clients while a
+/// random minority is stopped (a partition), or killed and restarted (AOF, fsync always):
+/// fences strictly increase in the order the lock was held, and no two holders overlap.
+#[test]
+fn fences_rise_across_a_quorum_while_a_minority_fails() {
+    let total: u64 = 300;
+    let masters = Arc::new(Mutex::new(Masters::start_with(
+        5,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    )));
+    let urls = masters.lock().unwrap().urls();
+    let done = Arc::new(AtomicBool::new(false));
+    let faults = Arc::new(AtomicU64::new(0));
+    let nemesis = {
+        let (masters, done, faults) =
+            (Arc::clone(&masters), Arc::clone(&done), Arc::clone(&faults));
+        std::thread::spawn(move || {
+            let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let pick = |value: u64, below: u64| usize::try_from(value % below).unwrap();
+            while !done.load(Ordering::SeqCst) {
+                // A minority: one or two masters at a time.
+                let first = pick(next(), 5);
+                let mut chosen = vec![first];
+                if next() % 2 == 0 {
+                    chosen.push((first + 1 + pick(next(), 4)) % 5);
+                }
+                let restart = next() % 3 == 0;
+                {
+                    let mut masters = masters.lock().unwrap();
+                    for &index in &chosen {
+                        if restart {
+                            masters.servers[index].restart();
+                        } else {
+                            send_signal(masters.servers[index].pid(), "STOP");
+                        }
+                        faults.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200 + next() % 400));
+                if !restart {
+                    let masters = masters.lock().unwrap();
+                    for &index in &chosen {
+                        send_signal(masters.servers[index].pid(), "CONT");
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100 + next() % 200));
+            }
+        })
+    };
+    // (held now, last fence, overlaps, stale fences)
+    let state = Arc::new(Mutex::new((false, 0u64, 0u32, 0u32)));
+    let taken = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let (state, taken, urls) = (Arc::clone(&state), Arc::clone(&taken), urls.clone());
+            std::thread::spawn(move || {
+                while taken.fetch_add(1, Ordering::SeqCst) < total {
+                    let out = Redlock::new(&[
+                        "--command-timeout",
+                        "200ms",
+                        "--connect-timeout",
+                        "200ms",
+                        "acquire",
+                        "--key",
+                        "fenced",
+                        "--ttl",
+                        "5s",
+                        "--wait",
+                        "60s",
+                        "--json",
+                    ])
+                    .env("REDLOCK_URL", &urls)
+                    .run();
+                    out.code(0);
+                    let acquired = out.json();
+                    let fence = acquired["fence"].as_u64().unwrap();
+                    let token = acquired["token"].as_str().unwrap().to_owned();
+                    {
+                        let mut state = state.lock().unwrap();
+                        if state.0 {
+                            state.2 += 1;
+                        }
+                        if fence <= state.1 {
+                            eprintln!("stale fence {fence} after {}", state.1);
+                            state.3 += 1;
+                        }
+                        state.0 = true;
+                        state.1 = fence;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                    state.lock().unwrap().0 = false;
+                    let released = Redlock::new(&[
+                        "--command-timeout",
+                        "200ms",
+                        "--connect-timeout",
+                        "200ms",
+                        "release",
+                        "--key",
+                        "fenced",
+                        "--token",
+                        &token,
+                    ])
+                    .env("REDLOCK_URL", &urls)
+                    .run();
+                    // Unavailable only leaves it to expire: the next holder waits longer.
+                    if released.status.code() != Some(0) {
+                        released.code(69);
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    nemesis.join().unwrap();
+    let (_, _, overlaps, stale) = *state.lock().unwrap();
+    eprintln!(
+        "{total} acquisitions across 5 masters, {} faults: {overlaps} overlaps, {stale} stale fences",
+        faults.load(Ordering::SeqCst)
+    );
+    assert_eq!((overlaps, stale), (0, 0));
+    assert!(faults.load(Ordering::SeqCst) > 0);
+}
+
+/// The README's minimal ACL, without the Pub/Sub permissions: releases still work (the notice
+/// is best effort) and a waiter still gets the lock, looking every second instead.
+#[test]
+fn the_minimal_acl_suffices_without_pubsub() {
+    let masters = Masters::start(3);
+    let mut urls = Vec::new();
+    for server in &masters.servers {
+        let mut args = vec!["ACL", "SETUSER", "locker", "on", ">pw"];
+        args.extend(crate::bad_input::MINIMAL_ACL.split_whitespace());
+        server.cmd::<()>(&args);
+        urls.push(format!("redis://locker:pw@127.0.0.1:{}", server.port));
+    }
+    let urls = urls.join(" ");
+    let holder = Redlock::new(&["acquire", "--key", "acl", "--ttl", "30s"])
+        .env("REDLOCK_URL", &urls)
+        .run();
+    holder.code(0);
+    let token = holder.stdout.trim().to_owned();
+    let waiter = Redlock::new(&["run", "--key", "acl", "--wait", "30s", "--", "true"])
+        .env("REDLOCK_URL", &urls)
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    Redlock::new(&["release", "--key", "acl", "--token", &token])
+        .env("REDLOCK_URL", &urls)
+        .run()
+        .code(0);
+    waiter.wait(Duration::from_secs(20)).code(0);
+    assert!(masters.lock_keys().iter().all(Vec::is_empty));
+}
+
+/// Each URL may be any kind redlock supports: here a quorum mixing TLS and plain masters.
+#[test]
+fn a_quorum_mixes_tls_and_plain_masters() {
+    let pki = crate::util::pki::Pki::generate();
+    let (tls_a, port_a) = RedisServer::start_tls(&pki, "server", "no");
+    let (tls_b, port_b) = RedisServer::start_tls(&pki, "server", "no");
+    let plain = RedisServer::start();
+    let ca = pki.cert("ca");
+    let urls = format!(
+        "rediss://127.0.0.1:{port_a} rediss://127.0.0.1:{port_b} {}",
+        plain.url()
+    );
+    Redlock::new(&["run", "--key", "mixed", "--ttl", "2s", "--", "true"])
+        .env("REDLOCK_URL", &urls)
+        .env("REDLOCK_TLS_CA", ca.to_str().unwrap())
+        .run()
+        .code(0);
+    for server in [&tls_a, &tls_b, &plain] {
+        assert_eq!(server.keys_but_history(), ["redlock:{mixed}:fence"]);
+    }
+}
+
+/// Many clients start at the same instant on a free lock: their first rounds split the vote
+/// (each master grants a different one), every round is given back, and the random pauses
+/// that double per failed round settle it: all of them get the lock, one at a time.
+#[test]
+fn waiters_that_split_the_vote_settle_in_bounded_time() {
+    let masters = Masters::start(5);
+    let start = Arc::new(std::sync::Barrier::new(8));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (start, urls) = (Arc::clone(&start), masters.urls());
+            std::thread::spawn(move || {
+                start.wait();
+                let out = Redlock::new(&[
+                    "run", "--key", "split", "--ttl", "3s", "--wait", "60s", "--", "sleep", "0.02",
+                ])
+                .env("REDLOCK_URL", &urls)
+                .run();
+                out.code(0);
+                out.elapsed
+            })
+        })
+        .collect();
+    let slowest = clients
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .max()
+        .unwrap();
+    assert!(slowest < Duration::from_secs(30), "took {slowest:?}");
+    assert!(masters.lock_keys().iter().all(Vec::is_empty));
+}
