@@ -7,8 +7,11 @@ them, against 3 and against all 5 (quorum mode), with the harness of flock_vs_re
   1. uncontended overhead: median wall time of `redlock run -- true` minus that of bare
      `true`, the configurations interleaved run by run (flock(1) too);
   2. hand-off gap with 8 workers x 25 iterations, each child holding the lock 10 ms, p50/p99;
-  3. Redis commands per contended acquisition, release included: on each master (INFO
-     commandstats), and how many rounds a client waits for (the masters answer in parallel).
+  3. Redis commands per contended acquisition, release included, on each master (INFO
+     commandstats);
+  4. CPU time (user + system) of redlock itself per uncontended run, and of all the
+     redis-servers together: on a machine with fewer cores than masters, the servers' work
+     cannot overlap, whatever the client does in parallel.
 
 Usage: cargo build --release --target x86_64-unknown-linux-musl
        python3 benches/quorum.py [--runs N] [--redlock PATH]
@@ -17,6 +20,7 @@ Prints a Markdown table; nothing here asserts. docs/performance.md quotes it wit
 
 import argparse
 import os
+import resource
 import platform
 import shutil
 import subprocess
@@ -35,6 +39,12 @@ def calls(server):
     stats = server.cli("INFO", "commandstats")
     return sum(int(line.split("calls=")[1].split(",")[0]) for line in stats.splitlines()
                if line.split(":")[0] in COMMANDS)
+
+
+def server_cpu(server):
+    info = dict(line.split(":", 1) for line in server.cli("INFO", "cpu").splitlines()
+                if ":" in line)
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def main():
@@ -71,6 +81,17 @@ def main():
             commands.append([redlock, *urls, "run", "--key", "bench", "--", "true"])
         medians = median_ms(commands, options.runs, base)
         bare, flock_total, totals = medians[0], medians[1], medians[2:]
+        cpu_runs = 100
+        cpu_times = []
+        for command, count in zip(commands[2:], configs.values()):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            servers_before = sum(server_cpu(server) for server in servers[:count])
+            for _ in range(cpu_runs):
+                subprocess.run(command, env=base, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            servers_after = sum(server_cpu(server) for server in servers[:count])
+            own = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            cpu_times.append((own / cpu_runs * 1000, (servers_after - servers_before) / cpu_runs * 1000))
 
         def child(log):
             return ["sh", "-c", f'echo "$(date +%s%N) start" >> {log}; sleep {HOLD}; '
@@ -110,6 +131,10 @@ def main():
           + " | ".join(f"{(t - bare) / single_over:.2f}×" for t in totals) + " |")
     print("| ... / flock's | 1.00× | "
           + " | ".join(f"{(t - bare) / flock_over:.2f}×" for t in totals) + " |")
+    print("| CPU per uncontended run: redlock (user + system) | – | "
+          + " | ".join(f"{own:.2f} ms" for own, _ in cpu_times) + " |")
+    print("| CPU per uncontended run: the redis-servers, together | – | "
+          + " | ".join(f"{servers:.2f} ms" for _, servers in cpu_times) + " |")
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         print(f"| hand-off gap {label} | {percentile(flock_gaps, fraction):.2f} ms | "
               + " | ".join(f"{percentile(results[n][0], fraction):.2f} ms" for n in configs)

@@ -217,8 +217,13 @@ impl Quorum {
         let majority = self.majority();
         if granted.len() >= majority && validity(BootInstant::now()) > Duration::ZERO {
             let fence = granted.iter().map(|&(_, fence)| fence).max().unwrap_or(0);
-            let raised = if request.reenter {
-                // Re-entry keeps the fence the enclosing invocation was issued.
+            let in_step = granted.iter().all(|&(_, issued)| issued == fence);
+            let raised = if request.reenter || in_step {
+                // Re-entry keeps the fence the enclosing invocation was issued. When every
+                // master that granted it issued the same fence, each of them (a majority)
+                // already has its counter and the holder's record at that fence: the write-back
+                // would change nothing (the usual case: every acquisition leaves the masters
+                // it held in step).
                 granted.len()
             } else {
                 let limit = limit.min(validity(BootInstant::now()));
@@ -294,25 +299,32 @@ impl Quorum {
         chosen: impl Fn(usize) -> bool,
     ) -> Vec<Option<anyhow::Result<T>>> {
         let request = &request;
+        let call =
+            |index: usize, master: &Master| master.call(limit, |session| request(index, session));
         std::thread::scope(|scope| {
+            // The first chosen master is served by this thread: one thread fewer to start.
+            let first = (0..self.masters.len()).find(|&index| chosen(index));
             let running: Vec<_> = self
                 .masters
                 .iter()
                 .enumerate()
                 .map(|(index, master)| {
-                    chosen(index).then(|| {
-                        scope.spawn(move || master.call(limit, |session| request(index, session)))
-                    })
+                    (chosen(index) && Some(index) != first)
+                        .then(|| scope.spawn(move || call(index, master)))
                 })
                 .collect();
+            let mut here = first.map(|index| call(index, &self.masters[index]));
             running
                 .into_iter()
-                .map(|thread| {
-                    thread.map(|thread| {
+                .enumerate()
+                .map(|(index, thread)| match thread {
+                    Some(thread) => Some(
                         thread
                             .join()
-                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a request panicked")))
-                    })
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a request panicked"))),
+                    ),
+                    None if Some(index) == first => here.take(),
+                    None => None,
                 })
                 .collect()
         })

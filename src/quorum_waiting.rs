@@ -37,6 +37,9 @@ const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(5);
 /// The same while a listener is not subscribed.
 const LOOK_EVERY_WITHOUT_NOTICES: Duration = Duration::from_secs(1);
 
+/// The pause before the round that follows the start of the listeners.
+const FIRST_LOOK_AFTER_LISTENING: Duration = Duration::from_millis(100);
+
 /// How long a round given up on (a signal) may take to be given back.
 const GIVE_UP_BOUND: Duration = Duration::from_millis(500);
 
@@ -95,6 +98,8 @@ pub(crate) fn acquire(
                 ))
             });
         }
+        // A release announced while the round is out may be one the round did not see.
+        let mut announced = false;
         let attempt = loop {
             match inbox.next(BootInstant::now() + MAX_NAP) {
                 Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
@@ -107,7 +112,8 @@ pub(crate) fn acquire(
                 Some(Incoming::Panicked(panic)) => {
                     anyhow::bail!("an acquisition round panicked: {panic}")
                 }
-                Some(Incoming::Reply(Event::Released) | Incoming::Signal(_)) | None => {}
+                Some(Incoming::Reply(Event::Released)) => announced = true,
+                Some(Incoming::Signal(_)) | None => {}
             }
         };
         let past_deadline = deadline.is_some_and(|deadline| BootInstant::now() >= deadline);
@@ -149,15 +155,25 @@ pub(crate) fn acquire(
                         quorum.len()
                     ));
                 }
-                let listening = listeners.get_or_insert_with(|| {
-                    Listeners::start(quorum, &lock.released_channel(), &inbox.reporter())
-                });
-                let cap = if listening.all_subscribed() {
-                    LOOK_AT_LEAST_EVERY
-                } else {
-                    LOOK_EVERY_WITHOUT_NOTICES
+                let cap = match &listeners {
+                    Some(listening) if listening.all_subscribed() => LOOK_AT_LEAST_EVERY,
+                    Some(_) => LOOK_EVERY_WITHOUT_NOTICES,
+                    None => {
+                        // A release between this round and the subscriptions would go
+                        // unheard: one more round once they are (about to be) in place.
+                        listeners = Some(Listeners::start(
+                            quorum,
+                            &lock.released_channel(),
+                            &inbox.reporter(),
+                        ));
+                        FIRST_LOOK_AFTER_LISTENING
+                    }
                 };
-                hint.min(cap) + spread(busy_rounds)
+                if announced {
+                    spread(busy_rounds)
+                } else {
+                    hint.min(cap) + spread(busy_rounds)
+                }
             }
         };
         // Sleep until the pause ends, a release is published, a signal comes, or the wait is
