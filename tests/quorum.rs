@@ -111,6 +111,24 @@ fn a_lock_is_held_on_every_master_and_released_everywhere() {
         .redlock(&["release", "--key", "q", "--token", &token])
         .run()
         .code(1);
+    // Force: every master's holder evicted, each holder reported once.
+    masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "30s"])
+        .run()
+        .code(0);
+    let forced = masters.redlock(&["release", "--key", "q", "--force"]).run();
+    forced.code(0);
+    assert_eq!(
+        forced.stdout.matches("by force").count(),
+        1,
+        "{}",
+        forced.stdout
+    );
+    assert!(masters.lock_keys().iter().all(Vec::is_empty));
+    masters
+        .redlock(&["release", "--key", "q", "--force"])
+        .run()
+        .code(1);
 }
 
 #[test]
@@ -592,4 +610,43 @@ fn waiters_that_split_the_vote_settle_in_bounded_time() {
         .unwrap();
     assert!(slowest < Duration::from_secs(30), "took {slowest:?}");
     assert!(masters.lock_keys().iter().all(Vec::is_empty));
+}
+
+/// `acquire --keep-alive` in quorum mode: the keeper (started with the same URLs) renews on
+/// every master until the lock is released, then ends.
+#[test]
+fn a_kept_lock_is_renewed_on_every_master() {
+    use crate::util::{alive, wait_until};
+    let masters = Masters::start(3);
+    let out = masters
+        .redlock(&[
+            "acquire",
+            "--key",
+            "kept",
+            "--ttl",
+            "1s",
+            "--keep-alive",
+            "--json",
+        ])
+        .run();
+    out.code(0);
+    let json = out.json();
+    let token = json["token"].as_str().unwrap().to_owned();
+    let keeper = u32::try_from(json["keeper_pid"].as_u64().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    for index in 0..3 {
+        assert_eq!(
+            masters.holders_on(index, "kept"),
+            1,
+            "not renewed on master {index}"
+        );
+    }
+    masters
+        .redlock(&["release", "--key", "kept", "--token", &token])
+        .run()
+        .code(0);
+    assert!(
+        wait_until(Duration::from_secs(3), || !alive(keeper)),
+        "the keeper outlived the release"
+    );
 }
