@@ -116,6 +116,16 @@ def peak_rss_kib(command, env):
     return peak
 
 
+def print_machine(redlock_binary):
+    """The lines that say what was measured, where."""
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor())
+    version = subprocess.run(["redis-server", "--version"], capture_output=True,
+                             text=True).stdout.split()[2].removeprefix("v=")
+    print(f"Machine: {os.cpu_count()} × {cpu}, Linux {platform.release()}, redis {version}")
+    print(f"redlock: {os.path.relpath(redlock_binary, ROOT)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="runs per overhead median")
@@ -168,12 +178,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     flock_over, redlock_over = flock_total - bare, redlock_total - bare
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor())
-    version = subprocess.run(["redis-server", "--version"], capture_output=True,
-                             text=True).stdout.split()[2].removeprefix("v=")
-    print(f"Machine: {os.cpu_count()} × {cpu}, Linux {platform.release()}, redis {version}")
-    print(f"redlock: {os.path.relpath(redlock_binary, ROOT)}")
+    print_machine(redlock_binary)
     print(f"Overhead: median of {runs} runs; hand-off: {rounds} rounds of {WORKERS} workers × "
           f"{ITERATIONS}, child holds {float(HOLD) * 1000:.0f} ms\n")
     print("| measure | flock(1) | redlock | redlock / flock |")

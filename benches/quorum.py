@@ -21,15 +21,14 @@ Prints a Markdown table; nothing here asserts. docs/performance.md quotes it wit
 import argparse
 import os
 import resource
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flock_vs_redlock import (RELEASED, ROOT, WORKERS, ITERATIONS, HOLD, Redis,  # noqa: E402
-                              median_ms, handoff_gaps, percentile)
+from flock_vs_redlock import (RELEASED, WORKERS, ITERATIONS, HOLD, Redis,  # noqa: E402
+                              median_ms, handoff_gaps, percentile, print_machine)
 
 COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_blpop", "cmdstat_script|load",
             "cmdstat_subscribe")
@@ -113,12 +112,7 @@ def main():
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor())
-    version = subprocess.run(["redis-server", "--version"], capture_output=True,
-                             text=True).stdout.split()[2].removeprefix("v=")
-    print(f"Machine: {os.cpu_count()} × {cpu}, Linux {platform.release()}, redis {version}")
-    print(f"redlock: {os.path.relpath(redlock, ROOT)}")
+    print_machine(redlock)
     print(f"Overhead: median of {options.runs} runs; hand-off: {WORKERS} workers × "
           f"{ITERATIONS}, child holds {float(HOLD) * 1000:.0f} ms\n")
     flock_over = flock_total - bare

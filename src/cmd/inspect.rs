@@ -305,14 +305,7 @@ fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::R
                 .iter()
                 .find(|state| state.holders.iter().any(|holder| holder.fence == fence))
         }) {
-            let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
-            rows.extend(
-                state
-                    .holders
-                    .iter()
-                    .map(|holder| holder_cells(holder, state.now)),
-            );
-            print_line(table(&rows))?;
+            print_line(holders_table(state))?;
         }
         for (view, url) in views.iter().zip(&shown) {
             let line = match view {
@@ -338,6 +331,18 @@ fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::R
     })
 }
 
+/// The holders `state` lists, as a table.
+fn holders_table(state: &LockState) -> String {
+    let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
+    rows.extend(
+        state
+            .holders
+            .iter()
+            .map(|holder| holder_cells(holder, state.now)),
+    );
+    table(&rows)
+}
+
 /// One lock's state as text.
 fn show(state: &LockState) -> anyhow::Result<()> {
     {
@@ -352,14 +357,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                     "{key}: held ({}), last fence: {last_fence}",
                     mode_summary(state)
                 ))?;
-                let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
-                rows.extend(
-                    state
-                        .holders
-                        .iter()
-                        .map(|holder| holder_cells(holder, state.now)),
-                );
-                print_line(table(&rows))?;
+                print_line(holders_table(state))?;
                 if state.holder_count > state.holders.len() {
                     print_line(format_args!(
                         "... and {} more holders",
