@@ -165,24 +165,41 @@ impl Quorum {
             .collect()
     }
 
-    /// One line naming each master that failed, for an error.
-    fn failures<T>(&self, replies: &[anyhow::Result<T>]) -> String {
+    /// The error for a request fewer than a majority answered: every master that failed
+    /// named, and the outcome of the most telling failure. A refusal that will repeat (a bad
+    /// password or ACL: 77; bad configuration or foreign data: 64) outranks unreachable
+    /// masters (69), so a wait does not go on retrying what cannot succeed.
+    pub(crate) fn too_few<T>(
+        &self,
+        answered: usize,
+        replies: &[anyhow::Result<T>],
+    ) -> anyhow::Error {
+        let errors: Vec<&anyhow::Error> = replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().err())
+            .collect();
+        let outcome = [Failure::Auth, Failure::Usage]
+            .into_iter()
+            .find(|wanted| errors.iter().any(|err| failure_of(err) == Some(*wanted)))
+            .unwrap_or(Failure::Unavailable);
+        fail(
+            outcome,
+            format!(
+                "only {answered} of {} masters answered, {} needed ({})",
+                self.len(),
+                self.majority(),
+                Self::failures(replies)
+            ),
+        )
+    }
+
+    /// Each master that failed, with why, on one line.
+    fn failures<T>(replies: &[anyhow::Result<T>]) -> String {
         replies
             .iter()
             .filter_map(|reply| reply.as_ref().err().map(|err| format!("{err:#}")))
             .collect::<Vec<_>>()
             .join("; ")
-    }
-
-    fn too_few(&self, answered: usize, failures: &str) -> anyhow::Error {
-        fail(
-            Failure::Unavailable,
-            format!(
-                "only {answered} of {} masters answered, {} needed ({failures})",
-                self.len(),
-                self.majority()
-            ),
-        )
     }
 
     /// One acquisition round: the acquire script on every master, then, when a majority
@@ -274,7 +291,7 @@ impl Quorum {
             return Attempt::NotHeldByToken;
         }
         if answered < majority {
-            return Attempt::Unavailable(self.too_few(answered, &self.failures(&replies)));
+            return Attempt::Unavailable(self.too_few(answered, &replies));
         }
         // Free when enough busy masters' holders expire to make a majority with the free ones.
         let free = self.len() - busy.len();
@@ -359,7 +376,7 @@ impl Quorum {
                     "the renewal was confirmed by {confirmed} of {} masters, {} needed ({})",
                     self.len(),
                     self.majority(),
-                    self.failures(&replies)
+                    Self::failures(&replies)
                 ),
             ))
         }
@@ -406,7 +423,7 @@ impl Quorum {
             // which no one can assemble a majority with.
             return Ok(Release::Released);
         }
-        Err(self.too_few(answered.len(), &self.failures(&replies)))
+        Err(self.too_few(answered.len(), &replies))
     }
 
     /// Removes every holder on every master; the holders evicted (each once) and a master's
@@ -415,7 +432,7 @@ impl Quorum {
         let replies = self.fan_out(self.request_timeout, |session| lock.force_release(session));
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if answered < self.majority() {
-            return Err(self.too_few(answered, &self.failures(&replies)));
+            return Err(self.too_few(answered, &replies));
         }
         let mut now = 0;
         let mut evicted: Vec<Holder> = Vec::new();
@@ -432,7 +449,7 @@ impl Quorum {
                 }
             }
         }
-        Ok((now, evicted, self.failures(&replies)))
+        Ok((now, evicted, Self::failures(&replies)))
     }
 
     /// Each master's view of the lock, in the masters' order.

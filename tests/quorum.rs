@@ -206,9 +206,10 @@ fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
     running.wait(Duration::from_secs(15)).code(0);
     // A majority lost: the command is dead before the lease can lapse, exit 125.
     let marker = dir.path().join("alive");
+    // Written aside and renamed, so a kill mid-write never leaves it empty.
     let script = format!(
-        "while :; do date +%s%N > {}; sleep 0.05; done",
-        marker.display()
+        "while :; do date +%s%N > {m}.new && mv {m}.new {m}; sleep 0.05; done",
+        m = marker.display()
     );
     let running = masters
         .redlock(&[
@@ -649,4 +650,42 @@ fn a_kept_lock_is_renewed_on_every_master() {
         wait_until(Duration::from_secs(3), || !alive(keeper)),
         "the keeper outlived the release"
     );
+}
+
+/// Passwords in any of the URLs never reach the command's environment, the output or errors.
+#[test]
+fn passwords_in_quorum_urls_stay_secret() {
+    let open = RedisServer::start();
+    let guarded: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_with(&["--requirepass", "s3cret-pw"]))
+        .collect();
+    let urls = format!(
+        "{} redis://:s3cret-pw@127.0.0.1:{} redis://:s3cret-pw@127.0.0.1:{}",
+        open.url(),
+        guarded[0].port,
+        guarded[1].port
+    );
+    let out = Redlock::new(&["-v", "run", "--key", "secret", "--", "env"])
+        .env("REDLOCK_URL", &urls)
+        .run();
+    out.code(0);
+    assert!(
+        !out.stdout.contains("s3cret"),
+        "the child saw it:\n{}",
+        out.stdout
+    );
+    assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
+    assert!(out.stdout.contains("REDLOCK_FENCE="));
+    let inspected = Redlock::new(&["inspect", "--key", "secret", "--json"])
+        .env("REDLOCK_URL", &urls)
+        .run();
+    assert!(!inspected.stdout.contains("s3cret"), "{}", inspected.stdout);
+    // An error that names a master shows its URL redacted.
+    let wrong = urls.replace("s3cret-pw", "wrong-pw");
+    let failed = Redlock::new(&["acquire", "--key", "secret", "--ttl", "5s"])
+        .env("REDLOCK_URL", &wrong)
+        .run();
+    // A refused password outranks the master that answered: 77, not 69 (no retrying it).
+    failed.code(77).one_line_error("authentication failed");
+    assert!(!failed.stderr.contains("wrong-pw"), "{}", failed.stderr);
 }

@@ -7,7 +7,7 @@ use super::history::{RunView, last_run_line};
 use super::{Context, elapsed, print_line, printable, rfc3339, table};
 use crate::cli::InspectArgs;
 use crate::duration;
-use crate::exit::{Done, Failure, fail};
+use crate::exit::{Done, Failure};
 use crate::lock::{Holder, Identity, Lock, LockState};
 use crate::quorum::Quorum;
 use crate::store::Store;
@@ -245,19 +245,7 @@ fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::R
     } else if free >= majority {
         "free"
     } else if states.len() < majority {
-        let failures: Vec<String> = views
-            .iter()
-            .filter_map(|v| v.as_ref().err().map(|err| format!("{err:#}")))
-            .collect();
-        return Err(fail(
-            Failure::Unavailable,
-            format!(
-                "only {} of {} masters answered, {majority} needed to tell ({})",
-                states.len(),
-                quorum.len(),
-                failures.join("; ")
-            ),
-        ));
+        return Err(quorum.too_few(states.len(), &views));
     } else {
         "contested"
     };

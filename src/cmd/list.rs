@@ -3,7 +3,7 @@
 use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_line, printable, table};
 use crate::cli::ListArgs;
-use crate::exit::{Done, Failure, fail};
+use crate::exit::Done;
 use crate::lock::LockState;
 use crate::store::Store;
 use serde::Serialize;
@@ -18,8 +18,12 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             None,
         ),
         Store::Quorum(quorum) => {
-            let mut listings = Vec::new();
             let replies = quorum.each_session(|session| lock::list(session, &context.prefix));
+            let answered = replies.iter().filter(|reply| reply.is_ok()).count();
+            if answered < quorum.majority() {
+                return Err(quorum.too_few(answered, &replies));
+            }
+            let mut listings = Vec::new();
             for (reply, url) in replies.into_iter().zip(quorum.shown()) {
                 match reply {
                     Ok(listing) => listings.push(listing),
@@ -27,17 +31,6 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
                         .log
                         .warn(format_args!("master {url} did not answer ({err:#})")),
                 }
-            }
-            if listings.len() < quorum.majority() {
-                return Err(fail(
-                    Failure::Unavailable,
-                    format!(
-                        "only {} of {} masters answered, {} needed",
-                        listings.len(),
-                        quorum.len(),
-                        quorum.majority()
-                    ),
-                ));
             }
             (listings, Some(quorum.len()))
         }

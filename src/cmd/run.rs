@@ -60,7 +60,10 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         "REDLOCK_PASSWORD".to_owned(),
         "REDLOCK_SENTINEL_PASSWORD".to_owned(),
     ];
-    if std::env::var("REDLOCK_URL").is_ok_and(|url| redact_url(&url) != url) {
+    // Several URLs (quorum mode) are separated by spaces: any one with a secret hides them all.
+    if std::env::var("REDLOCK_URL")
+        .is_ok_and(|urls| urls.split_whitespace().any(|url| redact_url(url) != url))
+    {
         remove_env.push("REDLOCK_URL".to_owned());
     }
     let job = Job {
