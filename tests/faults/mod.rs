@@ -5,6 +5,7 @@
 //! each scenario counted.
 
 mod harness;
+mod hygiene;
 mod model;
 mod scenarios;
 mod soak;

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::harness::{self, Link, Probe, Proxy, Sampler, Tally};
-use crate::util::{RedisServer, send_signal};
+use crate::util::cluster::Cluster;
+use crate::util::sentinel::Sentinels;
+use crate::util::{RedisServer, Redlock, send_signal};
 
 /// The faults the nemesis picks from; each lasts at most a second, well inside the outage a
 /// 6 s lease tolerates (README, "Timing").
@@ -317,46 +319,109 @@ fn restarts_without_persistence_keep_fences_rising() {
 fn contended_runs_never_overlap() {
     let mut tally = Tally::new("T1", "contended runs, no faults");
     let (workers, each) = if harness::full() { (20, 200) } else { (6, 10) };
-    let server = Arc::new(RedisServer::start());
-    let probe = Arc::new(Probe::new());
-    let sampler = Sampler::start(server.port, Duration::from_secs(10));
-    let unexplained = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..workers)
-        .map(|_| {
-            let (server, probe, unexplained) = (
-                Arc::clone(&server),
-                Arc::clone(&probe),
-                Arc::clone(&unexplained),
-            );
-            std::thread::spawn(move || {
+    let server = RedisServer::start();
+    contended(
+        &mut tally,
+        &|args| server.redlock(args),
+        &[server.port],
+        workers,
+        each,
+    );
+    tally.finish();
+}
+
+/// T1 through Sentinel: the master found through three sentinels.
+#[test]
+fn contended_runs_never_overlap_through_sentinel() {
+    let mut tally = Tally::new("T1", "contended runs, Sentinel");
+    let (workers, each) = if harness::full() { (10, 50) } else { (3, 5) };
+    let sentinels = Sentinels::start();
+    let url = sentinels.url();
+    let redlock = |args: &[&str]| Redlock::new(args).env("REDLOCK_URL", &url);
+    contended(
+        &mut tally,
+        &redlock,
+        &[sentinels.master_port()],
+        workers,
+        each,
+    );
+    tally.finish();
+}
+
+/// T1 on a Cluster of three masters (the lock's slot on one of them).
+#[test]
+fn contended_runs_never_overlap_on_a_cluster() {
+    let mut tally = Tally::new("T1", "contended runs, Cluster of 3");
+    let (workers, each) = if harness::full() { (10, 50) } else { (3, 5) };
+    let cluster = Cluster::start(0);
+    let url = cluster.url();
+    let redlock = |args: &[&str]| Redlock::new(args).env("REDLOCK_URL", &url);
+    let port = cluster.node_of("redlock:{t1}:holders").port;
+    contended(&mut tally, &redlock, &[port], workers, each);
+    tally.finish();
+}
+
+/// T1 in quorum mode over 5 independent masters.
+#[test]
+fn contended_runs_never_overlap_on_a_quorum_of_five() {
+    let mut tally = Tally::new("T1", "contended runs, quorum of 5");
+    let (workers, each) = if harness::full() { (10, 50) } else { (3, 5) };
+    let masters: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let urls = masters
+        .iter()
+        .map(RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let redlock = |args: &[&str]| Redlock::new(args).env("REDLOCK_URL", &urls);
+    let ports: Vec<u16> = masters.iter().map(|master| master.port).collect();
+    contended(&mut tally, &redlock, &ports, workers, each);
+    tally.finish();
+}
+
+/// `workers` threads each make `each` contended `run`s of the probe through `redlock`, while
+/// samplers watch the servers on `ports`; the counts go into `tally`.
+fn contended(
+    tally: &mut Tally,
+    redlock: &(dyn Fn(&[&str]) -> Redlock + Sync),
+    ports: &[u16],
+    workers: usize,
+    each: usize,
+) {
+    let probe = Probe::new();
+    let samplers: Vec<Sampler> = ports
+        .iter()
+        .map(|&port| Sampler::start(port, Duration::from_secs(10)))
+        .collect();
+    let unexplained = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
                 for _ in 0..each {
                     let mut args = vec![
                         "run", "--wait", "300s", "--key", "t1", "--ttl", "10s", "-q", "--",
                     ];
                     let command = probe.command(Duration::from_millis(5));
                     args.extend(command.iter().map(String::as_str));
-                    let out = server.redlock(&args).run();
+                    let out = redlock(&args).run();
                     if out.status.code() != Some(0) {
                         eprintln!("T1: exit {:?}: {}", out.status, out.stderr);
                         unexplained.fetch_add(1, Ordering::SeqCst);
                     }
                 }
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().expect("a T1 worker panicked");
-    }
+            });
+        }
+    });
     let verdict = probe.verdict();
     tally.runs = (workers * each) as u64;
     tally.unexplained_exits = unexplained.load(Ordering::SeqCst);
     tally.add_verdict(verdict);
-    tally.add_sampled(sampler.stop());
+    for sampler in samplers {
+        tally.add_sampled(sampler.stop());
+    }
     assert_eq!(verdict.completed, tally.runs, "{verdict:?}");
     tally.notes = format!(
         "{workers} workers x {each} runs: {} probes completed, counter exact: {}",
         verdict.completed,
         verdict.lost_increments == 0
     );
-    tally.finish();
 }

@@ -1,0 +1,161 @@
+//! T35, Lua hygiene, checked on the scripts themselves: each is one fixed text with one fixed
+//! SHA (the SHA Redis caches is the SHA-1 of `lua/prelude.lua` followed by the script's file,
+//! never of text built at run time), no script loads code (`loadstring`, `load`, ...), `KEYS`
+//! and `ARGV` are read in one place (`inputs` in the prelude, which names them), and no key
+//! name is built inside a script, with one documented exception: other waiters' wake lists
+//! (`wake_key`, same hash tag as the lock; `lua/README.md` says why).
+
+use std::path::Path;
+
+use super::harness::Tally;
+use crate::util::RedisServer;
+
+/// The one function allowed to build a key name.
+const KEY_BUILDER: &str = "wake_key";
+
+/// What breaks the rules in `text` (a script called `name`).
+fn violations(name: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut function = String::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("--").next().unwrap_or_default();
+        if let Some(rest) = code.strip_prefix("local function ") {
+            function = rest.split('(').next().unwrap_or_default().to_owned();
+        } else if code.starts_with("end") {
+            function.clear();
+        }
+        let at = format!("{name}:{}", number + 1);
+        for loader in [
+            "loadstring",
+            "load(",
+            "dofile",
+            "loadfile",
+            "setfenv",
+            "getfenv",
+            "_G[",
+            "_G.",
+        ] {
+            if code.contains(loader) {
+                found.push(format!("{at}: loads or reaches code ({loader})"));
+            }
+        }
+        if (code.contains("KEYS[") || code.contains("ARGV[")) && function != "inputs" {
+            found.push(format!("{at}: KEYS or ARGV read outside inputs()"));
+        }
+        // A key name built here: a literal ':suffix' joined with `..`.
+        let builds_key = code.split("..").skip(1).any(|piece| {
+            let piece = piece.trim_start();
+            piece.starts_with("':") && piece[2..].starts_with(|c: char| c.is_ascii_lowercase())
+        });
+        if builds_key && function != KEY_BUILDER {
+            found.push(format!("{at}: builds a key name ({})", code.trim()));
+        }
+    }
+    found
+}
+
+/// The checker finds what it is for.
+#[test]
+fn the_hygiene_check_catches_what_it_is_for() {
+    let bad = "local x = redis.call('GET', KEYS[1] .. ':other')\nlocal f = loadstring(ARGV[1])\n";
+    let found = violations("bad.lua", bad);
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(violations("good.lua", "local n = redis.call('GET', key.fence)\n").is_empty());
+}
+
+#[test]
+fn scripts_are_fixed_texts_that_take_their_keys_from_keys() {
+    let mut tally = Tally::new(
+        "T35",
+        "Lua hygiene: fixed SHAs, keys from KEYS, no loaded code",
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let prelude = std::fs::read_to_string(root.join("prelude.lua")).unwrap();
+    let mut scripts = Vec::new();
+    let mut broken = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "lua") {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            broken.extend(violations(&name, &text));
+            scripts.push((name, text));
+        }
+    }
+    tally.runs = scripts.len() as u64;
+    assert!(
+        prelude.contains(&format!("local function {KEY_BUILDER}(")),
+        "the documented exception moved"
+    );
+
+    // The SHAs Redis caches are those of the files' texts: run each script once.
+    let server = RedisServer::start();
+    let token = server
+        .redlock(&["acquire", "--key", "h", "--ttl", "10s"])
+        .run();
+    token.code(0);
+    let token = token.stdout.trim().to_owned();
+    for args in [
+        &["extend", "--key", "h", "--token", &token, "--ttl", "10s"][..],
+        &["inspect", "--key", "h"][..],
+        &["history", "--key", "h"][..],
+        &["release", "--key", "h", "--token", &token][..],
+    ] {
+        server.redlock(args).run().code(0);
+    }
+    let mut cached = 0;
+    for (name, text) in &scripts {
+        if name == "prelude.lua" {
+            continue;
+        }
+        let sha = sha1_hex(&format!("{prelude}{text}"));
+        let exists: Vec<i64> = server.cmd(&["SCRIPT", "EXISTS", &sha]);
+        cached += exists[0];
+        if [
+            "acquire.lua",
+            "extend.lua",
+            "inspect.lua",
+            "history.lua",
+            "release.lua",
+        ]
+        .contains(&name.as_str())
+        {
+            assert_eq!(
+                exists,
+                [1],
+                "{name}: Redis has no script with the file's SHA {sha}"
+            );
+        }
+    }
+    if !broken.is_empty() {
+        tally.notes = broken.join("; ");
+        super::harness::record(&tally, "fail");
+        panic!(
+            "T35: the scripts break the hygiene rules:\n{}",
+            broken.join("\n")
+        );
+    }
+    tally.notes = format!(
+        "{} scripts checked; {cached} found in Redis's cache under their files' SHA-1; one documented exception: {KEY_BUILDER} (other waiters' wake lists, same hash tag)",
+        scripts.len()
+    );
+    tally.finish();
+}
+
+/// SHA-1 as hex, by the system's `sha1sum` (coreutils).
+fn sha1_hex(text: &str) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("sha1sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha1sum (coreutils)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..40].to_owned()
+}
