@@ -79,5 +79,5 @@ print("Covered by the rest of the test suite (every `cargo test`, without counts
       "orphans and T30 max runtime (tests/run.rs), T31 the minimal ACL (tests/bad_input.rs), "
       "T32 TLS (tests/tls.rs), T33 secrets (tests/run.rs, tests/bad_input.rs), T34 bad keys "
       "(tests/bad_input.rs), T37 many waiters (tests/scale.rs; figures in "
-      "docs/queue-scale.md). Not yet anywhere: T19 (AOF restart), T35 (Lua hygiene as a "
-      "check of its own), T36 (10^6 tokens).")
+      "docs/queue-scale.md), T16/T17 quorum mode with masters down and stopped, and 300 "
+      "acquisitions across 5 masters under a failing minority (tests/quorum.rs).")
