@@ -10,6 +10,7 @@
 //! - `exit`: outcomes that have their own exit code, and the one table of codes.
 //! - `log`: redlock's lines on stderr (one write each), and `printable` for foreign text.
 //! - `duration`: duration flags (bare seconds or humantime, bounded).
+//! - `failpoint`: crash points the fault suite arms in debug builds.
 //!
 //! Engine:
 //! - `lock`: acquire, extend, release, inspect, list one lock: arguments in, replies decoded;
@@ -34,6 +35,7 @@ pub mod conn;
 mod doctor;
 mod duration;
 pub mod exit;
+mod failpoint;
 mod inbox;
 mod keep;
 pub mod keys;

@@ -116,6 +116,7 @@ pub(crate) fn supervise(
         }
     };
     let started = BootInstant::now();
+    crate::failpoint::hit("spawned");
     log.step(format_args!("started pid {}", child.pid));
 
     let mut supervisor = Supervisor {
@@ -150,7 +151,10 @@ pub(crate) fn supervise(
                 supervisor.on_renewed(sent, result);
             }
             Some(Incoming::Panicked(panic)) => {
-                supervisor.on_lost(format!("the renewal failed inside redlock ({panic})"));
+                supervisor.on_lost(
+                    format!("the renewal failed inside redlock ({panic})"),
+                    Failure::Lost,
+                );
             }
             // SIGCHLD, a late reply, or the clock: reaped and checked below, every turn.
             Some(Incoming::Signal(_) | Incoming::Reply(Reply::Released(_))) | None => {}
@@ -204,8 +208,12 @@ enum LeaseState {
         /// The last renewal's failure, while renewals fail.
         trouble: Option<String>,
     },
-    /// Lost: the command is being stopped, and must be dead by `kill_by`.
-    Lost { kill_by: BootInstant },
+    /// Lost (or no longer ours to keep, `failure` says which): the command is being
+    /// stopped, and must be dead by `kill_by`.
+    Lost {
+        kill_by: BootInstant,
+        failure: Failure,
+    },
 }
 
 /// The next renewal.
@@ -278,7 +286,7 @@ impl Supervisor<'_> {
                     Renewal::InFlight => {}
                 }
             }
-            LeaseState::Lost { kill_by } => {
+            LeaseState::Lost { kill_by, .. } => {
                 if !matches!(self.stopping, Stopping::Killed { .. }) {
                     consider(kill_by);
                 }
@@ -349,10 +357,18 @@ impl Supervisor<'_> {
                 ));
             }
             Ok((false, _)) => {
-                self.on_lost("the key was deleted, expired, or taken by another holder".into());
+                self.on_lost(
+                    "the key was deleted, expired, or taken by another holder".into(),
+                    Failure::Lost,
+                );
             }
             Err(err) if failure_of(&err) == Some(Failure::Usage) => {
-                self.on_lost(format!("{err:#}"));
+                self.on_lost(format!("{err:#}"), Failure::Lost);
+            }
+            // A refused password or a permission taken away is not going to come back by
+            // itself: stop now, with the code that says what to fix, not at the lease's end.
+            Err(err) if failure_of(&err) == Some(Failure::Auth) => {
+                self.on_lost(format!("{err:#}"), Failure::Auth);
             }
             Err(err) => {
                 let why = format!("{err:#}");
@@ -374,7 +390,7 @@ impl Supervisor<'_> {
 
     /// The lock is gone or taken (or cannot be kept): stop the command at once, SIGKILL after
     /// the loss grace, and in any case before the lease can lapse.
-    fn on_lost(&mut self, why: String) {
+    fn on_lost(&mut self, why: String, failure: Failure) {
         let LeaseState::Held { window, .. } = self.lease else {
             return;
         };
@@ -385,6 +401,7 @@ impl Supervisor<'_> {
         let kill_by = (BootInstant::now() + window.loss_grace).min(window.kill_at);
         self.lease = LeaseState::Lost {
             kill_by: window.kill_at,
+            failure,
         };
         self.stop(kill_by);
     }
@@ -469,6 +486,7 @@ impl Supervisor<'_> {
                 ));
                 self.lease = LeaseState::Lost {
                     kill_by: window.kill_at,
+                    failure: Failure::Lost,
                 };
                 self.stop(window.kill_at);
             } else {
@@ -487,7 +505,7 @@ impl Supervisor<'_> {
             ));
             self.stop(now + self.job.plan.kill_after);
         }
-        if let LeaseState::Lost { kill_by } = self.lease
+        if let LeaseState::Lost { kill_by, .. } = self.lease
             && now >= kill_by
         {
             self.stop(now);
@@ -563,17 +581,21 @@ impl Supervisor<'_> {
         if self.job.foreground {
             child::reclaim_terminal();
         }
+        crate::failpoint::hit("ending");
         // Stops renewing; a renewal still in flight that lands after the release finds the
         // token gone and changes nothing.
         drop(self.renewer);
         let key = self.key;
-        let lost = matches!(self.lease, LeaseState::Lost { .. });
+        let lost = match self.lease {
+            LeaseState::Lost { failure, .. } => Some(failure),
+            LeaseState::Held { .. } => None,
+        };
         let status = self
             .exited
             .unwrap_or(ChildStatus::Signaled(Signal::SIGKILL as i32));
         let by_us = || {
-            if lost {
-                Done::Reported(Failure::Lost)
+            if let Some(failure) = lost {
+                Done::Reported(failure)
             } else if self.timed_out {
                 Done::Reported(Failure::MaxRuntime)
             } else {
@@ -588,7 +610,7 @@ impl Supervisor<'_> {
             ));
             return Ok(by_us());
         }
-        if lost {
+        if lost.is_some() {
             // Token-checked, so harmless if the lock is someone else's by now.
             let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status));
             return Ok(by_us());

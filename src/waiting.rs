@@ -512,6 +512,7 @@ impl Acquirer<'_> {
                     length,
                     received: BootInstant::now(),
                 });
+                crate::failpoint::hit("queued");
                 self.block(Some(session));
                 Ok(None)
             }
@@ -585,6 +586,7 @@ impl Acquirer<'_> {
                     length,
                     received: BootInstant::now(),
                 });
+                crate::failpoint::hit("queued");
                 self.block(Some(session));
             }
             // Nothing came, and only the entry is due, not a look at the lock: refresh it,

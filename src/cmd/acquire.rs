@@ -56,6 +56,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired(held) => held,
     };
+    crate::failpoint::hit("acquired");
     let (lease, session) = (held.lease, held.session);
     let keeper_pid = if args.keep_alive {
         let started = keep_alive::start(

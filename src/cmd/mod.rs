@@ -83,6 +83,7 @@ impl Context {
             .filter(|url| !url.is_empty())
             .cloned()
             .collect();
+        let password_in_argv = !global.quiet && password_in_argv(&urls);
         if urls.is_empty() {
             urls.push(
                 std::env::var("REDIS_URL")
@@ -123,6 +124,11 @@ impl Context {
             targets.push(
                 Target::new(url, access)
                     .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?,
+            );
+        }
+        if password_in_argv {
+            crate::log::warning(
+                "--redis: a password in the URL is visible to every user in the process list; put it in REDLOCK_PASSWORD or a --password-file",
             );
         }
         let store = if targets.len() == 1 {
@@ -264,6 +270,18 @@ fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>
         );
     }
     Ok(Some(options))
+}
+
+/// Whether a URL given on the command line (not through `REDLOCK_URL`) has a password: every
+/// user of the host can read it in the process list, and redlock cannot take it back.
+fn password_in_argv(urls: &[String]) -> bool {
+    let from_env = std::env::var("REDLOCK_URL")
+        .is_ok_and(|env| env.split_whitespace().eq(urls.iter().map(String::as_str)));
+    let with_password = |url: &String| {
+        let shown = crate::conn::redact_url(url);
+        shown.contains(":***@") || shown.contains("pass=***") || shown.contains("password=***")
+    };
+    !from_env && urls.iter().any(with_password)
 }
 
 /// Warns when `path` (a secret) can be read by group or others; an unreadable file is an error.

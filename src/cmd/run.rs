@@ -49,6 +49,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
         Outcome::Acquired(held) => held,
     };
+    crate::failpoint::hit("acquired");
     context.log.step(format_args!(
         "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
         held.lease.fence,
