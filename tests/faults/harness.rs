@@ -538,6 +538,36 @@ pub(super) fn skip(id: &'static str, name: &'static str, needs: &str) {
     record(&tally, "skipped");
 }
 
+/// CLOCK_MONOTONIC in ns, the clock the probes (Python's `time.monotonic_ns`) log with.
+pub(super) fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
+}
+
+/// Polls `key` on the server on `port` about once a millisecond until it is gone, at most
+/// `limit`; returns when it was first seen gone ([`monotonic_ns`]), or `None`.
+pub(super) fn gone_at(port: u16, key: &str, limit: Duration) -> Option<u64> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let mut con = client.get_connection().ok()?;
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut con).ok()?;
+        if exists == 0 {
+            return Some(monotonic_ns());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// The largest of `lags_ns`, in ms with one decimal, for a note ("-" when none).
+pub(super) fn max_ms(lags_ns: &[i64]) -> String {
+    lags_ns
+        .iter()
+        .max()
+        .map_or("-".to_owned(), |ns| format!("{:.1} ms", *ns as f64 / 1e6))
+}
+
 /// Whether the full suite is running (`tests/faults/run`): longer and heavier scenarios.
 pub(super) fn full() -> bool {
     std::env::var_os("REDLOCK_FAULTS_FULL").is_some()

@@ -5,7 +5,9 @@
 //! each scenario counted.
 
 mod harness;
+mod hostile;
 mod hygiene;
 mod model;
 mod scenarios;
 mod soak;
+mod wrapper;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::harness::{self, Link, Probe, Proxy, Sampler, Tally};
+use super::harness::{self, Link, Probe, Proxy, Sampler, Tally, monotonic_ns};
 use crate::util::cluster::Cluster;
 use crate::util::sentinel::Sentinels;
 use crate::util::{RedisServer, Redlock, send_signal};
@@ -151,12 +151,6 @@ fn soak(duration: Duration, workers: usize, tally: &mut Tally) {
         kinds.join(" ")
     );
     println!("{tally:?} {verdict:?} {sampled:?}");
-}
-
-/// CLOCK_MONOTONIC in ns, the clock the probes log with.
-fn monotonic_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
-    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
 }
 
 /// Runs probes under the lock until the deadline, each with its exit code checked.
