@@ -571,6 +571,15 @@ fn no_known_redis_error_is_an_internal_error() {
         .run()
         .code(64)
         .one_line_error("the URL names a user but no password is given");
+    // A password for a server that has none.
+    let open = RedisServer::start();
+    Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env("REDLOCK_URL", &open.url())
+        .env("REDLOCK_PASSWORD", "pw")
+        .run()
+        .code(77)
+        .one_line_error("a password was given, but the server has none set");
+    assert!(open.keys().is_empty());
     // A database the server does not have.
     acquire(&url("", "/99"), "k")
         .run()

@@ -496,6 +496,12 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
             Failure::Auth,
             format!("authentication failed: {code} {detail}"),
         ),
+        // A password given to a server that has none (Redis 6+ refuses the AUTH): the
+        // configuration on one side is wrong, and retrying will not mend it.
+        _ if detail.contains("called without any password configured") => fail(
+            Failure::Auth,
+            "a password was given, but the server has none set for the default user (give none, or a user that has one)",
+        ),
         // ACL checks of the commands a script calls (Redis 7 words it so).
         _ if detail.contains("can't run this command") => fail(
             Failure::Auth,
