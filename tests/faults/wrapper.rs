@@ -25,7 +25,8 @@ const HOLDERS: &str = "redlock:{job}:holders";
 /// - `ignore`: ignores SIGTERM and sleeps.
 /// - `timed`: logs its start; on SIGTERM logs how long after its creation that came, and
 ///   exits 0.
-/// - `orphan`: detaches a grandchild that sleeps SECONDS then logs its end, and exits 0.
+/// - `orphan`: detaches a grandchild that logs, sleeps SECONDS, then logs its end; exits 0
+///   once the grandchild has logged.
 const GROUP: &str = r#"
 import os, signal, sys, time
 where, mode = sys.argv[1], sys.argv[2]
@@ -60,13 +61,17 @@ elif mode == "timed":
     signal.signal(signal.SIGTERM, on_term)
     log("start", "command")
 elif mode == "orphan":
+    # The command exits only once the orphan is under way (else redlock could stop it first).
+    ready, told = os.pipe()
     if os.fork() == 0:
         if os.fork() == 0:
             log("ready", "orphan")
+            os.write(told, b"r")
             time.sleep(float(sys.argv[3]))
             log("end", "orphan")
         os._exit(0)
     os.wait()
+    os.read(ready, 1)
     sys.exit(0)
 while True:
     time.sleep(1)
