@@ -716,20 +716,7 @@ fn a_terminal_reaches_the_command_and_ctrl_c_stops_it() {
     );
     let probe_file = dir.path().join("probe.sh");
     std::fs::write(&probe_file, probe).unwrap();
-    let inner = format!(
-        "{} run --key job -- sh {}",
-        crate::util::REDLOCK,
-        probe_file.display()
-    );
-    // `script` runs the command on a fresh pseudo-terminal whose input is our stdin.
-    let mut script = std::process::Command::new("script")
-        .args(["-qfec", &inner, "/dev/null"])
-        .env("REDLOCK_URL", server.url())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut script = crate::util::run_on_a_terminal(&server, &probe_file);
     let mut stdin = script.stdin.take().unwrap();
     use std::io::Write as _;
     // Typed input reaches a command that reads the terminal (no SIGTTIN stop).

@@ -531,19 +531,7 @@ fn on_a_terminal_ctrl_c_reaches_the_command() {
             ),
         )
         .unwrap();
-        let inner = format!(
-            "{} run --key job -- sh {}",
-            crate::util::REDLOCK,
-            probe.display()
-        );
-        let mut script = std::process::Command::new("script")
-            .args(["-qfec", &inner, "/dev/null"])
-            .env("REDLOCK_URL", server.url())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("script(1) from util-linux");
+        let mut script = crate::util::run_on_a_terminal(&server, &probe);
         let mut stdin = script.stdin.take().unwrap();
         use std::io::Write as _;
         let typed = wait_until(Duration::from_secs(10), || {

@@ -670,6 +670,20 @@ impl Drop for Monitor {
     }
 }
 
+/// Runs `redlock run --key job -- sh PROBE` on a fresh pseudo-terminal (script(1) from
+/// util-linux) whose input is the returned child's stdin; stdout and stderr are piped.
+pub fn run_on_a_terminal(server: &RedisServer, probe: &Path) -> Child {
+    let inner = format!("{REDLOCK} run --key job -- sh {}", probe.display());
+    Command::new("script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .env("REDLOCK_URL", server.url())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux")
+}
+
 /// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
