@@ -580,18 +580,19 @@ fn the_oracles_catch_what_they_are_for() {
     use std::process::Command;
     // Two probes at once, with no lock: the referee and the counter both see it; fences given
     // out of order are stale.
+    // The second starts once the first has, and ends long before it: no timing luck needed.
     let probe = Probe::new();
-    let spawn = |fence: &str| {
-        let command = probe.command(Duration::from_millis(300));
+    let spawn = |fence: &str, hold: Duration| {
+        let command = probe.command(hold);
         Command::new(&command[0])
             .args(&command[1..])
             .env("REDLOCK_FENCE", fence)
             .spawn()
             .expect("python3")
     };
-    let mut first = spawn("20");
-    std::thread::sleep(Duration::from_millis(100));
-    let mut second = spawn("10");
+    let mut first = spawn("20", Duration::from_secs(3));
+    assert!(probe.wait_started(1, Duration::from_secs(20)));
+    let mut second = spawn("10", Duration::from_millis(300));
     first.wait().unwrap();
     second.wait().unwrap();
     let verdict = probe.verdict();
