@@ -41,8 +41,11 @@ try:
 except FileNotFoundError:
     value = 0
 time.sleep(hold)
-with open(path, "w") as counter:
+# Written aside and renamed: a probe killed mid-write (kill -9 of its redlock) must not leave
+# an empty counter, which the next probe would read as 0.
+with open(path + ".%d" % os.getpid(), "w") as counter:
     counter.write(str(value + 1))
+os.replace(path + ".%d" % os.getpid(), path)
 end = time.monotonic_ns()
 with open(where + "/log", "a") as log:
     log.write("E %d %s %d %d\n" % (end, fence, alone, os.getpid()))
