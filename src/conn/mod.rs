@@ -226,7 +226,14 @@ impl Target {
             (_, Some(sentinels)) => sentinels.connect_master(&self.dial, timeout, open),
             (Servers::Sentinel { .. }, None) => unreachable!("made with its sentinels"),
         }
-        .with_context(|| format!("connecting to {}", self.dial.shown))
+        .map_err(|err| {
+            // A refusal while logging in names the server already: once is enough.
+            if err.to_string() == self.dial.shown {
+                err
+            } else {
+                err.context(format!("connecting to {}", self.dial.shown))
+            }
+        })
     }
 }
 
