@@ -337,6 +337,13 @@ fn passwords_work_from_env_file_and_url_and_are_never_shown() {
         .env("REDLOCK_URL", &with_wrong)
         .run();
     wrong.code(77).one_line_error("authentication failed");
+    // The server is named once, not by each layer of the error.
+    assert_eq!(
+        wrong.stderr.matches("127.0.0.1").count(),
+        1,
+        "{}",
+        wrong.stderr
+    );
     outputs.push(wrong);
     let wrong_env = server
         .redlock(&["inspect", "--key", "k"])
