@@ -385,7 +385,7 @@ fn a_crashed_redlock_leaves_nothing_immortal() {
             .run();
         tally.runs += 1;
         tally.faults += 1;
-        if out.status.signal() != Some(libc_sigabrt()) {
+        if out.status.signal() != Some(nix::sys::signal::Signal::SIGABRT as i32) {
             eprintln!(
                 "{point}: expected SIGABRT, got {:?}\n{}",
                 out.status, out.stderr
@@ -430,10 +430,6 @@ fn a_crashed_redlock_leaves_nothing_immortal() {
         slowest.as_millis()
     );
     tally.finish();
-}
-
-fn libc_sigabrt() -> i32 {
-    nix::sys::signal::Signal::SIGABRT as i32
 }
 
 /// T15: INT or TERM reaches a waiter at about the moment the lock is handed to it: it exits
