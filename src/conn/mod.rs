@@ -4,6 +4,7 @@
 //! Secrets never leave this module in clear: [`Target::redacted`] is the only form of the URL
 //! used in messages, and no Redis error text carries the password.
 
+mod resp;
 mod sentinel;
 mod tls;
 mod transport;

@@ -1,6 +1,6 @@
 //! One connection to one Redis server, over TCP, a Unix socket or TLS (rustls), speaking RESP
-//! through the redis crate's encoder and parser: everything that takes a `ConnectionLike`
-//! (commands, pipelines, scripts) works on it.
+//! through the redis crate's encoder and redlock's reader (`resp`): everything that takes a
+//! `ConnectionLike` (commands, pipelines, scripts) works on it.
 //!
 //! redlock has its own connection instead of the crate's because of what the crate cannot do
 //! (docs/design.md): verify a TLS certificate against a name other than the host connected to,
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Value};
 
+use super::resp::Reader;
 use super::tls::Tls;
 use super::url::Address;
 use crate::exit::{Failure, fail};
@@ -76,7 +77,7 @@ impl Write for Stream {
 /// An open connection.
 pub(crate) struct Connection {
     stream: Stream,
-    parser: redis::Parser,
+    reader: Reader,
     /// A reply may be in flight (a timeout) or the stream failed: not to be reused.
     broken: bool,
     /// What TLS said when the stream failed: a server that refuses the client certificate
@@ -136,7 +137,7 @@ impl Connection {
         };
         let connection = Self {
             stream,
-            parser: redis::Parser::new(),
+            reader: Reader::new(),
             broken: false,
             tls_error: None,
         };
@@ -190,7 +191,7 @@ impl Connection {
             stream: &mut self.stream,
             tls_error: &mut self.tls_error,
         };
-        let received = self.parser.parse_value(&mut reader);
+        let received = self.reader.read(&mut reader);
         if received.is_err() {
             self.broken = true;
         }
@@ -249,7 +250,7 @@ impl ConnectionLike for Connection {
     }
 }
 
-/// Reads from the stream, keeping the TLS error of a failed read (the parser keeps only its
+/// Reads from the stream, keeping the TLS error of a failed read (the reply keeps only its
 /// text).
 struct Recording<'a> {
     stream: &'a mut Stream,
