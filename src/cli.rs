@@ -72,8 +72,9 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// The text after `--help`: environment, exit status and examples.
-fn after_long_help() -> String {
+/// The text after `--help`: environment, exit status and examples. Attached only when `--help`
+/// is asked for (see `lib.rs`): laying it out costs more than the rest of a parse.
+pub(crate) fn after_long_help() -> String {
     let mut text = String::from("Environment:\n");
     text.push_str(&two_columns(ENVIRONMENT));
     text.push_str("\nExit status:\n");
@@ -121,7 +122,6 @@ fn two_columns(rows: &[(&str, &str)]) -> String {
 #[command(
     name = "redlock",
     version,
-    after_long_help = after_long_help(),
     disable_help_subcommand = true,
     max_term_width = 100
 )]

@@ -52,8 +52,8 @@ mod waiting;
 
 use std::ffi::OsString;
 
-use clap::Parser as _;
 use clap::error::ErrorKind;
+use clap::{CommandFactory as _, FromArgMatches as _};
 
 pub use cli::Cli;
 pub use signals::Inherited;
@@ -89,7 +89,7 @@ fn run_parsed(
     inherited: Inherited,
 ) -> u8 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse(&args) {
         Ok(cli) => cli,
         Err(err) => {
             // The line that says what was wrong takes the format asked for, if it can be told.
@@ -127,6 +127,15 @@ fn run_parsed(
             exit::exit_code(&err, busy_code)
         }
     }
+}
+
+/// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
+fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let mut command = Cli::command();
+    if args.iter().any(|arg| arg == "--help") {
+        command = command.after_long_help(cli::after_long_help());
+    }
+    Cli::from_arg_matches_mut(&mut command.try_get_matches_from(args)?)
 }
 
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.
