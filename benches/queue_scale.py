@@ -11,10 +11,12 @@ Starts a private redis-server per point (free loopback port) and, for each N:
      and end ($EPOCHREALTIME) and its parent's pid, so the hand-off gaps (next start - previous
      end), the order (against the queue's order read from Redis before the release) and any
      overlap come from the log;
-  5. in a second pass of the same workload (no idle window), a bystander runs `redlock run -q
-     --key bystander -- true` every 20 ms and a PING goes out every 10 ms on a connection of
-     its own, each in its own process, for at least 3 s from the first spawn and from the
-     release; Redis's slow log records every command that took over 1 ms.
+  5. in a second pass of the same workload (its idle window at most 10 s), a bystander runs
+     `redlock run -q --key bystander -- true` every 20 ms and a PING goes out every 10 ms on a
+     connection of its own, each in its own process, from the first spawn to at least 3 s
+     after the release; their latencies are reported overall and per phase: while the
+     waiters join (at least 3 s), while they wait, while they drain. Redis's slow log records
+     every command that took over 1 ms.
 Redis's own figures come from INFO commandstats: microseconds per script call (EVALSHA/EVAL),
 round trips per acquisition (EVALSHA, EVAL, BLPOP sent by the waiters, their release excluded,
 as README "Performance" counts them) and commands Redis ran per acquisition (inside scripts
@@ -228,24 +230,22 @@ OWN = ("info", "config|resetstat", "config|set", "config", "ping", "echo", "slow
        "slowlog|reset")
 # Seconds the bystander runs at least, from the first spawn and from the release.
 MIN_SAMPLING = 3
+# The idle window of the pass with the bystander, at most.
+BYSTANDER_IDLE = 10
+PHASES = ("joining", "waiting", "draining")
 
 
 BYSTANDER = r"""
 import json, os, signal, socket, subprocess, sys, time
 mode, out, binary, port = sys.argv[1:5]
-active, stopped, samples = [True], [False], []
-signal.signal(signal.SIGUSR1, lambda *_: active.__setitem__(0, False))
-signal.signal(signal.SIGUSR2, lambda *_: active.__setitem__(0, True))
+stopped, samples = [False], []
 signal.signal(signal.SIGTERM, lambda *_: stopped.__setitem__(0, True))
 if mode == "ping":
     sock = socket.create_connection(("127.0.0.1", int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 open(out + ".ready", "w").close()
 while not stopped[0]:
-    if not active[0]:
-        time.sleep(0.01)
-        continue
-    start = time.perf_counter()
+    at, start = time.monotonic(), time.perf_counter()
     if mode == "ping":
         sock.sendall(b"*1\r\n$4\r\nPING\r\n")
         reply = b""
@@ -256,7 +256,7 @@ while not stopped[0]:
         subprocess.run([binary, "run", "-q", "--key", "bystander", "--", "true"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pause = 0.02
-    samples.append((time.perf_counter() - start) * 1000)
+    samples.append((at, (time.perf_counter() - start) * 1000))
     time.sleep(pause)
 with open(out, "w") as f:
     json.dump(samples, f)
@@ -284,15 +284,6 @@ class Bystander:
                 sys.exit("the bystander processes did not start")
             time.sleep(0.01)
 
-    def pause(self):
-        for process in self.processes.values():
-            process.send_signal(signal.SIGUSR1)
-        time.sleep(0.2)
-
-    def resume(self):
-        for process in self.processes.values():
-            process.send_signal(signal.SIGUSR2)
-
     def stop(self):
         if not self.processes:
             return
@@ -310,6 +301,11 @@ class Bystander:
                 self.runs, self.count = values, len(values)
             else:
                 self.pings = values
+
+    @staticmethod
+    def within(samples, phase):
+        """The latencies of the samples taken in `phase` (start, end), or all of them."""
+        return [ms for at, ms in samples if phase is None or phase[0] <= at < phase[1]]
         self.processes = {}
 
 
@@ -373,19 +369,14 @@ def summarize(stats, acquisitions):
 class NoBystander:
     runs, pings, count = [], [], 0
 
-    def pause(self):
-        pass
-
-    def resume(self):
-        pass
-
     def stop(self):
         pass
 
 
 def run_point(binary, n, options, semaphore=False, bystanding=False):
     """One pass of one point. Without `bystanding`, Redis's figures (nothing else runs); with
-    it, the bystander's latencies (and no idle window)."""
+    it, the bystander's latencies, in three phases: while the waiters join, while they wait
+    (an idle window of at most BYSTANDER_IDLE seconds) and while they drain."""
     work = tempfile.mkdtemp(prefix="redlock-scale-")
     redis = Redis(work)
     env = {key: value for key, value in os.environ.items()
@@ -397,6 +388,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
     Client.sent = {}
     result = {"n": n, "kind": f"semaphore --limit {n}" if semaphore else "exclusive"}
     processes = []
+    phases = {}
     bystander = NoBystander()
     try:
         child = ["bash", "-c", f'echo "$EPOCHREALTIME s $PPID $REDLOCK_FENCE" >> {log}; '
@@ -459,19 +451,21 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         if bystanding:
             time.sleep(max(0, started + MIN_SAMPLING - time.monotonic()))
 
-        # Idle: nothing but the waiters (and the semaphore's holders renewing).
-        bystander.pause()
-        time.sleep(0 if bystanding else 1)
+        phases = {"joining": (started, time.monotonic())}
+        # Idle: nothing but the waiters (and the semaphore's holders renewing), and in the
+        # bystander's pass the bystander.
+        if not bystanding:
+            time.sleep(1)
         before_cpu, before_stats, idle_started = redis.cpu(), redis.commandstats(), time.monotonic()
-        time.sleep(0.1 if bystanding else options.idle)
+        time.sleep(min(options.idle, BYSTANDER_IDLE) if bystanding else options.idle)
         idle_wall = time.monotonic() - idle_started
+        phases["waiting"] = (idle_started, time.monotonic())
         idle_stats = stats_delta(redis.commandstats(), before_stats)
         idle_stats = {name: value for name, value in idle_stats.items() if name not in OWN}
         result["idle_cpu_pct"] = 100 * (redis.cpu() - before_cpu) / idle_wall
         result["idle_script_calls_per_s"] = (
             idle_stats.get("evalsha", (0, 0))[0] + idle_stats.get("eval", (0, 0))[0]) / idle_wall
         order = queue_pids(redis, layout)
-        bystander.resume()
 
         released = time.monotonic()
         if semaphore:
@@ -483,6 +477,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         result["drain_s"] = time.monotonic() - released
         if bystanding:
             time.sleep(max(0, released + MIN_SAMPLING - time.monotonic()))
+        phases["draining"] = (released, time.monotonic())
         bystander.stop()
         slow = redis.client.call("SLOWLOG", "GET", "-1")
         result["slow_commands"] = len(slow)
@@ -515,11 +510,15 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
     finally:
         bystander.stop()
         kill_all(processes)
+        runs, pings = Bystander.within(bystander.runs, None), Bystander.within(bystander.pings, None)
         result["bystander_runs"] = bystander.count
-        result["bystander_p99_ms"] = percentile(bystander.runs, .99)
-        result["bystander_p50_ms"] = percentile(bystander.runs, .5)
-        result["ping_p99_ms"] = percentile(bystander.pings, .99)
-        result["ping_max_ms"] = max(bystander.pings, default=float("nan"))
+        result["bystander_p99_ms"] = percentile(runs, .99)
+        result["bystander_p50_ms"] = percentile(runs, .5)
+        result["ping_p99_ms"] = percentile(pings, .99)
+        result["ping_max_ms"] = max(pings, default=float("nan"))
+        for name, phase in phases.items():
+            result[f"bystander_{name}_p99_ms"] = percentile(Bystander.within(bystander.runs, phase), .99)
+            result[f"ping_{name}_p99_ms"] = percentile(Bystander.within(bystander.pings, phase), .99)
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -692,7 +691,9 @@ def main():
         by = run_point(binary, n, options, semaphore, bystanding=True)
         print(json.dumps(by), file=sys.stderr, flush=True)
         for name in ("bystander_runs", "bystander_p50_ms", "bystander_p99_ms", "ping_p99_ms",
-                     "ping_max_ms", "slow_commands", "slowest_ms"):
+                     "ping_max_ms", "slow_commands", "slowest_ms",
+                     *(f"{who}_{phase}_p99_ms" for who in ("bystander", "ping")
+                       for phase in ("joining", "waiting", "draining"))):
             result[name] = by.get(name)
         result["with_bystander"] = {name: by.get(name) for name in
                                     ("join_s", "drain_s", "gap_p50_ms", "gap_p99_ms",
@@ -716,9 +717,10 @@ def main():
           + "\n")
     print("| waiters | Redis µs / script call | round trips / acquisition | Redis commands / "
           "acquisition | idle Redis CPU (script calls / s) | gap p50 / p99 | all joined | drain | bystander "
-          "`run` p50 / p99 | PING p99 / max | Redis commands > 1 ms (slowest) "
+          "`run` p50 / p99 | bystander `run` p99 joining / waiting / draining | PING p99 / max "
+          "| PING p99 joining / waiting / draining | Redis commands > 1 ms (slowest) "
           "| in order, overlaps, exits |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         label = r["n"] if r["kind"] == "exclusive" else \
             f"{r['kind']}: {r['n']} holders + {r['n'] // 10} waiting"
@@ -735,7 +737,9 @@ def main():
               f"| {fmt(r.get('gap_p50_ms'), '.1f')} / {fmt(r.get('gap_p99_ms'), '.1f')} ms "
               f"| {fmt(r.get('join_s'), '.1f')} s | {fmt(r.get('drain_s'), '.1f')} s "
               f"| {fmt(r.get('bystander_p50_ms'), '.1f')} / {fmt(r.get('bystander_p99_ms'), '.1f')} ms "
+              f"| {' / '.join(fmt(r.get(f'bystander_{p}_p99_ms'), '.1f') for p in PHASES)} ms "
               f"| {fmt(r.get('ping_p99_ms'), '.1f')} / {fmt(r.get('ping_max_ms'), '.1f')} ms "
+              f"| {' / '.join(fmt(r.get(f'ping_{p}_p99_ms'), '.1f') for p in PHASES)} ms "
               f"| {r.get('slow_commands', '–')} ({fmt(r.get('slowest_ms'), '.1f')} ms) "
               f"| {done} |")
     if simulation:
