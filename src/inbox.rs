@@ -4,6 +4,10 @@
 //! one `poll`, so a signal is acted on at once whatever state Redis is in, and a reply as soon
 //! as it comes.
 //!
+//! Time is kept on `CLOCK_BOOTTIME` (see `clock`): each wait arms a timer on that clock for its
+//! deadline, which `poll` watches beside the rest, so a deadline that passes while the machine
+//! is suspended ends the wait on resume, without waking the process at intervals to look.
+//!
 //! A worker runs one job at a time: a closure that makes a request and returns the reply, which
 //! the worker posts to the inbox it was given. The main thread keeps whatever the request
 //! needs (the connection, say) between requests and moves it into the closure; the reply
@@ -20,6 +24,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use crate::clock::BootInstant;
 use crate::exit::system;
@@ -44,6 +50,8 @@ pub(crate) struct Inbox<'s, R> {
     /// Readable when a reply has been posted.
     woken: UnixStream,
     wake: Arc<UnixStream>,
+    /// Readable when the deadline of the current wait has passed on `CLOCK_BOOTTIME`.
+    timer: TimerFd,
 }
 
 /// Where a worker posts a reply: into the channel, then a byte to wake the inbox's `poll`.
@@ -85,12 +93,18 @@ impl<'s, R> Inbox<'s, R> {
                 Ok((woken, wake))
             })
             .map_err(|err| system("a socket pair", err))?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_BOOTTIME,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(|err| system("a timer", err.into()))?;
         Ok(Self {
             signals,
             sender,
             receiver,
             woken,
             wake: Arc::new(wake),
+            timer,
         })
     }
 
@@ -101,19 +115,26 @@ impl<'s, R> Inbox<'s, R> {
         }
     }
 
-    /// The next signal or reply, waiting until `until` at the latest (`None` then). Waits end
-    /// at least every `clock::MAX_NAP`, since `poll` counts time on a clock that stops while
-    /// the machine is suspended: a caller that gets `None` reads the clock and decides.
+    /// The next signal or reply, waiting until `until` at the latest (`None` then): a caller
+    /// that gets `None` reads the clock and decides.
     pub(crate) fn next(&self, until: BootInstant) -> Option<Incoming<R>> {
         if let Some(incoming) = self.ready() {
             return Some(incoming);
         }
-        // Rounded up, so a wait for less than a millisecond does not return at once.
-        let millis = until.nap().as_micros().div_ceil(1000);
+        // The timer keeps the deadline across a suspend; poll's own timeout, on a clock that
+        // stops in suspend, is the same deadline as long as the machine runs, and the bound
+        // if the timer cannot be armed. Rounded up, so a wait for less than a millisecond
+        // does not return at once.
+        let _ = self.timer.set(
+            Expiration::OneShot(TimeSpec::from(until.since_boot())),
+            TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+        );
+        let millis = until.remaining().as_micros().div_ceil(1000);
         let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
         let mut fds = [
             PollFd::new(self.signals.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.woken.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.timer.as_fd(), PollFlags::POLLIN),
         ];
         // EINTR (a stop and continue) counts as a timeout: callers look at the clock anyway.
         let _ = poll(&mut fds, timeout);

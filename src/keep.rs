@@ -22,6 +22,9 @@ use crate::schedule::{Confirmed, Plan};
 use crate::signals::{self, Signals};
 use crate::store::Store;
 
+/// How often `--while-pid` looks whether its process is still there.
+const PID_POLL: Duration = Duration::from_millis(250);
+
 /// What to keep, and until when.
 pub(crate) struct Keep {
     pub(crate) plan: Plan,
@@ -111,6 +114,12 @@ pub(crate) fn keep(
         let mut wake = (now + MAX_NAP).min(keep.until);
         if !in_flight {
             wake = wake.min(renew_at);
+        }
+        if let Some(window) = window {
+            wake = wake.min(window.valid_until);
+        }
+        if keep.while_pid.is_some() {
+            wake = wake.min(now + PID_POLL);
         }
         match inbox.next(wake) {
             Some(Incoming::Signal(signal)) if signals::terminates(signal) => {

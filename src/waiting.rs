@@ -404,6 +404,9 @@ impl Acquirer<'_> {
         if let Some(reply_by) = self.reply_by {
             at = at.min(reply_by);
         }
+        if let Some(redraw_at) = self.status.redraw_at() {
+            at = at.min(redraw_at);
+        }
         at
     }
 
@@ -816,16 +819,19 @@ impl<'a> Status<'a> {
         }
     }
 
-    /// Redraws the terminal's line every second, or prints the next progress line when due.
-    fn redraw_if_due(&mut self) {
+    /// When the terminal's line is next redrawn (every second), or the next progress line is
+    /// due; `None` when nothing is shown.
+    fn redraw_at(&self) -> Option<BootInstant> {
         let every = if self.terminal {
             Some(Duration::from_secs(1))
         } else {
             self.progress_every
         };
-        if let (Some(every), Some(drawn_at)) = (every, self.drawn_at)
-            && BootInstant::now().since(drawn_at) >= every
-        {
+        Some(self.drawn_at? + every?)
+    }
+
+    fn redraw_if_due(&mut self) {
+        if self.redraw_at().is_some_and(|at| BootInstant::now() >= at) {
             self.draw();
         }
     }
