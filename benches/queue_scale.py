@@ -301,12 +301,12 @@ class Bystander:
                 self.runs, self.count = values, len(values)
             else:
                 self.pings = values
+        self.processes = {}
 
     @staticmethod
     def within(samples, phase):
         """The latencies of the samples taken in `phase` (start, end), or all of them."""
         return [ms for at, ms in samples if phase is None or phase[0] <= at < phase[1]]
-        self.processes = {}
 
 
 def queue_count(redis, layout):
@@ -693,7 +693,7 @@ def main():
         for name in ("bystander_runs", "bystander_p50_ms", "bystander_p99_ms", "ping_p99_ms",
                      "ping_max_ms", "slow_commands", "slowest_ms",
                      *(f"{who}_{phase}_p99_ms" for who in ("bystander", "ping")
-                       for phase in ("joining", "waiting", "draining"))):
+                       for phase in PHASES)):
             result[name] = by.get(name)
         result["with_bystander"] = {name: by.get(name) for name in
                                     ("join_s", "drain_s", "gap_p50_ms", "gap_p99_ms",
