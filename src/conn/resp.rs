@@ -115,6 +115,16 @@ impl Reader {
     /// Reads one item at `start`, moving past it only when it is whole.
     fn step(&mut self) -> RedisResult<Step> {
         let unread = &self.buffer[self.start..];
+        // The first byte says whether this is RESP at all: a server that answers in another
+        // protocol (an HTTP server's HTML, with bare line feeds) is told apart at once, not
+        // after waiting for a line end that never comes.
+        match unread.first() {
+            None => return Ok(Step::NeedMore),
+            Some(first) if !b"+-:$*".contains(first) => {
+                return Err(garbage("a byte that starts no RESP2 value"));
+            }
+            Some(_) => {}
+        }
         let Some(line_end) = find_crlf(unread) else {
             if unread.len() > MAX_LINE {
                 return Err(garbage("a line without an end"));
@@ -267,6 +277,7 @@ mod tests {
     fn what_is_not_resp2_is_a_parse_error() {
         for wire in [
             &b"HTTP/1.1 400 Bad Request\r\n"[..],
+            b"<!DOCTYPE HTML>\n<html>\n",
             b":12x\r\n",
             b"$3\r\nabcd\r\n",
             b"$-2\r\n",
