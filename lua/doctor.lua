@@ -3,8 +3,9 @@
 -- ask). Read-only.
 -- Every command is asked about with a whole, valid list of arguments: Redis 7.0 reads the keys
 -- of a command from its arguments, and crashes on a command given too few.
--- Returns {checked (1 or 0), denied command...}.
-local refused, key, arg = inputs({'sample'}, {'script_sha'})
+-- Returns {checked (1 or 0), {denied command...}, {denied Pub/Sub command...}}: the second
+-- list is about quorum mode's release notices on the lock's channel, which are best effort.
+local refused, key, arg = inputs({'sample'}, {'script_sha', 'channel'})
 if refused then return refused end
 if not redis.acl_check_cmd then return {0} end
 local k = key.sample
@@ -17,8 +18,12 @@ local checks = {
   {'incr', k}, {'pttl', k}, {'pexpire', k, '1'}, {'pexpireat', k, '1'}, {'del', k},
   {'rpush', k, 'v'},
 }
-local reply = {1}
-for _, check in ipairs(checks) do
-  if not redis.acl_check_cmd(unpack(check)) then reply[#reply + 1] = check[1] end
+local notices = {{'publish', arg.channel, 'r'}, {'subscribe', arg.channel}}
+local function denied(list)
+  local names = {}
+  for _, check in ipairs(list) do
+    if not redis.acl_check_cmd(unpack(check)) then names[#names + 1] = check[1] end
+  end
+  return names
 end
-return reply
+return {1, denied(checks), denied(notices)}

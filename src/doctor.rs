@@ -28,7 +28,8 @@ pub(crate) struct Finding {
 }
 
 /// Everything the doctor looks at, in order.
-pub(crate) fn examine(session: &mut Session, lock: &Lock) -> Vec<Finding> {
+/// `quorum`: the server is one of a quorum's masters, whose waiters listen for releases.
+pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<Finding> {
     let info = |session: &mut Session, section: &str| -> Option<String> {
         session
             .run(|con| redis::cmd("INFO").arg(section).query::<String>(con))
@@ -227,19 +228,41 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock) -> Vec<Finding> {
     }
 
     match lock.denied_commands(session) {
-        Ok(Some(denied)) if denied.is_empty() => say(
-            "permissions",
-            Verdict::Ok,
-            "the user may run every command redlock needs on its keys".into(),
-        ),
-        Ok(Some(denied)) => say(
-            "permissions",
-            Verdict::Unsafe,
-            format!(
-                "the user may not run {} on redlock's keys: those requests fail (exit 77); see the README's ACL line",
-                denied.join(", ")
-            ),
-        ),
+        Ok(Some(denied)) => {
+            if denied.commands.is_empty() {
+                say(
+                    "permissions",
+                    Verdict::Ok,
+                    "the user may run every command redlock needs on its keys".into(),
+                );
+            } else {
+                say(
+                    "permissions",
+                    Verdict::Unsafe,
+                    format!(
+                        "the user may not run {} on redlock's keys: those requests fail (exit 77); see the README's ACL line",
+                        denied.commands.join(", ")
+                    ),
+                );
+            }
+            if quorum && denied.notices.is_empty() {
+                say(
+                    "notices",
+                    Verdict::Ok,
+                    "the user may publish and subscribe to releases: waiters are told at once"
+                        .into(),
+                );
+            } else if quorum {
+                say(
+                    "notices",
+                    Verdict::Warn,
+                    format!(
+                        "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &redlock:* (README, \"Several masters\")",
+                        denied.notices.join(", ")
+                    ),
+                );
+            }
+        }
         Ok(None) => say(
             "permissions",
             Verdict::Unknown,
@@ -284,7 +307,7 @@ mod tests {
     /// The commands the doctor asks about (the first word of each check in lua/doctor.lua).
     fn checked() -> Vec<String> {
         let doctor = include_str!("../lua/doctor.lua");
-        doctor[doctor.find("local checks").unwrap()..]
+        doctor[doctor.find("local checks").unwrap()..doctor.find("local notices").unwrap()]
             .split("{'")
             .skip(1)
             .map(|check| check.split('\'').next().unwrap().to_owned())

@@ -369,6 +369,16 @@ pub struct Lease {
     pub ttl: Duration,
 }
 
+/// What the user may not do, as the doctor asks it (`Lock::denied_commands`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Denied {
+    /// Commands redlock sends or its scripts call, on the lock's keys: those requests fail.
+    pub(crate) commands: Vec<String>,
+    /// PUBLISH and SUBSCRIBE on the lock's release channel: quorum-mode waiters are then not
+    /// told of releases, and look every second instead.
+    pub(crate) notices: Vec<String>,
+}
+
 /// What `release` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
@@ -613,30 +623,29 @@ impl Lock {
     }
 
     /// The commands redlock needs (lua/doctor.lua lists them) that the user may not run on
-    /// this lock's keys; `None` when the server cannot tell (before Redis 7).
-    pub(crate) fn denied_commands(
-        &self,
-        session: &mut Session,
-    ) -> anyhow::Result<Option<Vec<String>>> {
+    /// this lock's keys, and the Pub/Sub commands of quorum mode's release notices it may not
+    /// run on the lock's channel; `None` when the server cannot tell (before Redis 7).
+    pub(crate) fn denied_commands(&self, session: &mut Session) -> anyhow::Result<Option<Denied>> {
         let reply: Vec<redis::Value> = session.run(|con| {
             scripts::DOCTOR.call(
                 con,
                 DoctorInputs {
                     sample: arg(&self.keys.holders),
                     script_sha: arg(scripts::ACQUIRE.sha()),
+                    channel: arg(self.keys.released_channel()),
                 },
             )
         })?;
         let mut reply = reply.into_iter();
-        let checked: i64 = redis::from_redis_value(reply.next().unwrap_or(redis::Value::Nil))?;
+        let mut next = || reply.next().unwrap_or(redis::Value::Nil);
+        let checked: i64 = redis::from_redis_value(next())?;
         if checked == 0 {
             return Ok(None);
         }
-        Ok(Some(
-            reply
-                .map(redis::from_redis_value::<String>)
-                .collect::<Result<_, _>>()?,
-        ))
+        Ok(Some(Denied {
+            commands: redis::from_redis_value(next())?,
+            notices: redis::from_redis_value(next())?,
+        }))
     }
 
     /// Keeps `waiter`'s queue entry alive for another [`QUEUE_ENTRY_TTL`], without reading the

@@ -137,7 +137,7 @@ inputs! {
     /// `lua/doctor.lua`.
     DoctorInputs {
         keys: [sample],
-        args: [script_sha],
+        args: [script_sha, channel],
     }
 }
 

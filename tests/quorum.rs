@@ -531,7 +531,8 @@ fn fences_rise_across_a_quorum_while_a_minority_fails() {
 }
 
 /// The README's minimal ACL, without the Pub/Sub permissions: releases still work (the notice
-/// is best effort) and a waiter still gets the lock, looking every second instead.
+/// is best effort) and a waiter still gets the lock, looking every second instead; `doctor`
+/// warns of it on every master.
 #[test]
 fn the_minimal_acl_suffices_without_pubsub() {
     let masters = Masters::start(3);
@@ -558,6 +559,43 @@ fn the_minimal_acl_suffices_without_pubsub() {
         .code(0);
     waiter.wait(Duration::from_secs(20)).code(0);
     assert!(masters.lock_keys().iter().all(Vec::is_empty));
+
+    // The doctor says so for each master, as a warning; granted, the notices are fine.
+    let notices = |out: &crate::util::Output| -> Vec<String> {
+        out.stdout
+            .lines()
+            .filter(|line| line.split_whitespace().nth(1) == Some("notices"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let out = Redlock::new(&["doctor"]).env("REDLOCK_URL", &urls).run();
+    out.code(0);
+    let lines = notices(&out);
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    for line in &lines {
+        assert!(
+            line.starts_with("warning ") && line.contains("publish, subscribe"),
+            "{line}"
+        );
+    }
+    for server in &masters.servers {
+        server.cmd::<()>(&[
+            "ACL",
+            "SETUSER",
+            "locker",
+            "+publish",
+            "+subscribe",
+            "&redlock:*",
+        ]);
+    }
+    let out = Redlock::new(&["doctor"]).env("REDLOCK_URL", &urls).run();
+    out.code(0);
+    let lines = notices(&out);
+    assert_eq!(lines.len(), 3, "{}", out.stdout);
+    assert!(
+        lines.iter().all(|line| line.starts_with("ok ")),
+        "{lines:?}"
+    );
 }
 
 /// Each URL may be any kind redlock supports: here a quorum mixing TLS and plain masters.

@@ -19,7 +19,7 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
         if targets.len() > 1 && !args.json {
             print_line(format_args!("master {}:", target.redacted()))?;
         }
-        unsafe_found |= examine(context, args, target)?;
+        unsafe_found |= examine(context, args, target, targets.len() > 1)?;
     }
     Ok(if unsafe_found {
         Done::Reported(Failure::Unsafe)
@@ -29,11 +29,17 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
 }
 
 /// Prints what one server does to the safety of locks; whether anything is unsafe.
-fn examine(context: &Context, args: &DoctorArgs, target: &Target) -> anyhow::Result<bool> {
+/// `quorum`: `target` is one of a quorum's masters.
+fn examine(
+    context: &Context,
+    args: &DoctorArgs,
+    target: &Target,
+    quorum: bool,
+) -> anyhow::Result<bool> {
     let mut session = context.connect_to(target)?;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
-    let findings = doctor::examine(&mut session, &lock);
+    let findings = doctor::examine(&mut session, &lock, quorum);
     if args.json {
         print_line(serde_json::to_string_pretty(&findings)?)?;
     } else {
