@@ -162,9 +162,27 @@ pub(crate) fn printable(text: &str) -> String {
         .collect()
 }
 
+/// `text`, printable, in quotes that do not nest: single quotes, or double quotes (with `"`
+/// escaped) when it contains a single quote, as a command like `sh -c 'make'` does.
+pub(crate) fn quoted(text: &str) -> String {
+    let text = printable(text);
+    if text.contains('\'') {
+        format!("\"{}\"", text.replace('"', "\\\""))
+    } else {
+        format!("'{text}'")
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::printable;
+    use super::{printable, quoted};
+
+    #[test]
+    fn quotes_do_not_nest() {
+        assert_eq!(quoted("make deploy"), "'make deploy'");
+        assert_eq!(quoted("sh -c 'make'"), r#""sh -c 'make'""#);
+        assert_eq!(quoted(r#"it's "x""#), r#""it's \"x\"""#);
+    }
 
     #[test]
     fn control_characters_are_escaped() {

@@ -28,7 +28,7 @@ use crate::duration;
 use crate::exit::{Done, Failure, Hint, fail};
 use crate::keys::{LockName, Prefix};
 use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token};
-use crate::log::{Log, printable};
+use crate::log::{Log, printable, quoted};
 use crate::quorum::Quorum;
 use crate::signals::Inherited;
 use crate::signals::Signals;
@@ -458,15 +458,15 @@ fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Err
 /// One line naming a holder, for busy notices and force-release audits.
 fn describe(holder: &Holder, now: u64) -> String {
     let note = match &holder.who.note {
-        Some(note) => format!(" note '{}'", printable(note)),
+        Some(note) => format!(" note {}", quoted(note)),
         None => String::new(),
     };
     format!(
-        "{} pid {} user {} command '{}'{note} fence {}, held for {}, expires in {}",
+        "{} pid {} user {} command {}{note} fence {}, held for {}, expires in {}",
         printable(&holder.who.host),
         holder.who.pid,
         printable(&holder.who.user),
-        printable(&holder.who.command),
+        quoted(&holder.who.command),
         holder.fence,
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
