@@ -420,10 +420,12 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
 
         def spawn(count, command):
             for _ in range(count):
-                processes.append(subprocess.Popen(
-                    [binary, "run", "-q", "--wait", "600s", "--key", KEY, *lock_args, "--",
-                     *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True))
+                # Each one's messages kept: a failure is reported with what redlock said.
+                with open(os.path.join(work, f"stderr-{len(processes)}"), "w") as stderr:
+                    processes.append(subprocess.Popen(
+                        [binary, "run", "-q", "--wait", "600s", "--key", KEY, *lock_args,
+                         "--", *command], env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                        start_new_session=True))
 
         if semaphore:
             spawn(holders, holder_child)
@@ -485,6 +487,13 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         result["slowest"] = [(entry[2] / 1000, " ".join(entry[3][:4]))
                              for entry in sorted(slow, key=lambda e: -e[2])[:5]]
         result["exit_codes"] = sorted({process.returncode for process in processes})
+        failed = [index for index, process in enumerate(processes) if process.returncode]
+        result["failures"] = [
+            f"exit {processes[index].returncode}: "
+            + open(os.path.join(work, f"stderr-{index}")).read().strip()[-500:]
+            for index in failed[:5]]
+        for failure in result["failures"]:
+            print(f"  a redlock failed, {failure}", file=sys.stderr, flush=True)
         # Per acquisition: the join, the wake-ups and the hand-offs; the refreshes of the idle
         # window are a cost per second of waiting, reported as such.
         stats = stats_delta(redis.commandstats(), idle_stats)
