@@ -116,7 +116,7 @@ elseif waiter ~= '' and not lock.head_unknown then
   entry = {
     tok = token, mode = request.mode, limit = request.limit, host = request.host,
     pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
-    exp = now + entry_ttl,
+    exp = now + entry_ttl, ttl = ttl,
   }
   redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
   put_entry(lock, waiter, entry)

@@ -497,7 +497,11 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
       return granted
     end
     local id, entry = head[1], head[2]
-    local record = holder_record(entry, next_fence(lock), lock.now, grant)
+    -- Never longer than the lease the waiter asked for (entries written before `ttl` was kept
+    -- get the grant).
+    local length = grant
+    if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
+    local record = holder_record(entry, next_fence(lock), lock.now, length)
     first = {entry.tok, record, put_holder(lock, entry.tok, record, true)}
     remove_entry(lock, id)
     wake(lock, id, 'g:' .. record.fence .. ':' .. int(record.exp), wake_ttl)

@@ -558,17 +558,19 @@ impl Acquirer<'_> {
             // was suspended) is stale: that call would have claimed it.
             Some(Wake::Granted { fence, expires }) if self.ask.renews && expires > reading.now => {
                 let until = reading.earliest(expires);
+                // The hand-off grants no longer than the lease asked for.
+                let grant = GRANT.min(self.ask.ttl);
                 // With less than half of it left (this process was stopped or slow), the script
                 // call below claims it, or finds it lapsed and re-queues.
-                if until > BootInstant::now() + GRANT / 2 {
+                if until > BootInstant::now() + grant / 2 {
                     return Some(End::Took {
                         lease: Lease {
                             token: self.waiter.token.clone(),
                             fence,
-                            ttl: GRANT,
+                            ttl: grant,
                         },
                         confirmed: Confirmed::Grant {
-                            length: GRANT,
+                            length: grant,
                             until,
                         },
                         session,

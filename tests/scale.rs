@@ -571,6 +571,51 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{job}:queue"]), 0);
 }
 
+/// The grant a hand-over gives is never longer than the lease the waiter asked for: a waiter
+/// that asked for 1 s and dies at once holds the lock 1 s, not the 5 s grant.
+#[test]
+fn a_grant_is_no_longer_than_the_lease_asked_for() {
+    let server = RedisServer::start();
+    let mut con = session(&server);
+    let lock = lock("short");
+    let who = Identity::current("scale-test");
+    let holder = Token::generate();
+    let asked = request(&holder, Duration::from_secs(60), Mode::Exclusive, &who);
+    assert!(matches!(
+        lock.acquire(&mut con, &asked, Queueing::No).unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    let waiters: Vec<(Waiter, u64)> = [1, 60].map(|secs| (Waiter::new(), secs)).into();
+    for (waiter, secs) in &waiters {
+        let asked = request(
+            &waiter.token,
+            Duration::from_secs(*secs),
+            Mode::Shared,
+            &who,
+        );
+        assert!(matches!(
+            lock.acquire(&mut con, &asked, Queueing::Join(waiter))
+                .unwrap(),
+            Acquisition::Busy { .. }
+        ));
+    }
+    assert_eq!(
+        lock.release(&mut con, &holder, Duration::ZERO, &Ending::default())
+            .unwrap(),
+        Release::Released
+    );
+    // Both readers are handed the lock, each with its own grant.
+    let mut grants: Vec<u64> = lock
+        .inspect(&mut con)
+        .unwrap()
+        .holders
+        .iter()
+        .map(|holder| holder.ttl)
+        .collect();
+    grants.sort_unstable();
+    assert_eq!(grants, [1000, 5000]);
+}
+
 /// A semaphore with holders left after a hand-over: the first waiter left behind is told to
 /// watch the lease that ends first among all the holders, not only the new grant's.
 #[test]
@@ -582,7 +627,7 @@ fn a_waiter_left_behind_a_semaphore_watches_the_first_lease_to_end() {
     let mode = Mode::Semaphore(2);
     let short = Token::generate();
     let long = Token::generate();
-    for (token, ttl) in [(&short, 5), (&long, 60)] {
+    for (token, ttl) in [(&short, 10), (&long, 60)] {
         let asked = request(token, Duration::from_secs(ttl), mode, &who);
         assert!(matches!(
             lock.acquire(&mut con, &asked, Queueing::No).unwrap(),
@@ -599,7 +644,7 @@ fn a_waiter_left_behind_a_semaphore_watches_the_first_lease_to_end() {
         ));
     }
     let short_expiry = lock.inspect(&mut con).unwrap().holders[0].exp;
-    // The long holder leaves: the first waiter is handed its permit (a 2 s grant), and the
+    // The long holder leaves: the first waiter is handed its permit (a 5 s grant), and the
     // second is told to watch the short holder's lease, which ends later than that grant.
     assert_eq!(
         lock.release(&mut con, &long, Duration::ZERO, &Ending::default())

@@ -103,7 +103,7 @@ fn ten_waiters_acquire_in_arrival_order() {
 }
 
 /// `run` starts on the grant a release hands it: no script call of its own between the
-/// hand-over and the command's start. Its first renewal, a third of the way into the 2 s grant,
+/// hand-over and the command's start. Its first renewal, a third of the way into the 5 s grant,
 /// makes the grant a full lease, so a command that outlives the grant keeps the lock.
 #[test]
 fn a_run_handed_the_lock_starts_on_its_grant_and_renews_it() {
@@ -151,6 +151,33 @@ fn a_run_handed_the_lock_starts_on_its_grant_and_renews_it() {
         scripts.iter().any(|(at, _)| *at > started_at),
         "no renewal after the start: {commands:?}"
     );
+}
+
+/// A host that stalls the new holder for a second and a half as its command starts (1.2 s was
+/// seen while 1,000 holders exited at once on 2 CPUs) does not cost it the lock: the grant
+/// outlasts the stall, the renewal after it makes the grant a full lease, and the command
+/// runs to its end (with a 2 s grant it was stopped at once, exit 125).
+#[test]
+fn a_run_stalled_as_it_starts_on_its_grant_keeps_the_lock() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("stalled-start");
+    let started = dir.path().join("started");
+    let token = hold(&server, "60s");
+    let running = queue_run(
+        &server,
+        &format!("date +%s > {}; sleep 3", started.display()),
+        1,
+    );
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    wait_for_file(&started, Duration::from_secs(10));
+    running.signal("STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    running.signal("CONT");
+    let out = running.wait(Duration::from_secs(15));
+    out.code(0);
 }
 
 /// A run started on its grant whose renewal cannot get through (the server takes no new
@@ -212,9 +239,9 @@ fn a_run_whose_grant_is_never_renewed_stops_before_the_grant_lapses() {
         .query(&mut con)
         .unwrap();
     let record: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
-    assert_eq!(record["ttl"], 2000, "not the grant: {record}");
+    assert_eq!(record["ttl"], 5000, "not the grant: {record}");
     let expiry = record["exp"].as_u64().unwrap();
-    let dead = wait_until(Duration::from_secs(5), || !alive(pid));
+    let dead = wait_until(Duration::from_secs(8), || !alive(pid));
     let dead_at = wall_ms();
     assert!(dead, "the command is still running");
     assert!(
@@ -250,8 +277,8 @@ fn a_waiter_stopped_through_its_grant_queues_again() {
         .redlock(&["release", "--key", "job", "--token", &token])
         .run()
         .code(0);
-    // The 2 s grant lapses while the waiter is stopped.
-    std::thread::sleep(Duration::from_millis(2500));
+    // The 5 s grant lapses while the waiter is stopped.
+    std::thread::sleep(Duration::from_millis(5500));
     waiter.signal("CONT");
     let out = waiter.wait(Duration::from_secs(20));
     out.code(0).stderr_contains("queueing again");
@@ -298,9 +325,9 @@ fn killed_waiters_do_not_stall_the_queue() {
         .code(0);
     first.wait(Duration::from_secs(10)).code(0);
     last.wait(Duration::from_secs(10)).code(0);
-    // Each dead waiter costs at most its 2 s grant.
+    // Each dead waiter costs at most its 5 s grant.
     assert!(
-        released.elapsed() < Duration::from_secs(7),
+        released.elapsed() < Duration::from_secs(13),
         "the queue took {:?}",
         released.elapsed()
     );

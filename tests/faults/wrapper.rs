@@ -370,7 +370,7 @@ fn a_crashed_redlock_leaves_nothing_immortal() {
                 .run();
             holder.code(0);
             (
-                Duration::from_secs(2 + 2 + 1),
+                Duration::from_secs(2 + 5 + 1),
                 Some(holder.stdout.trim().to_owned()),
             )
         } else {
