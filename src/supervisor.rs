@@ -133,7 +133,9 @@ pub(crate) fn supervise(
             confirmed_at: started,
             trouble: None,
         },
-        renewal: Renewal::Due(None),
+        // Renewals go over the acquisition's connection, and the release over the renewals':
+        // one connection per run, kept in use.
+        renewal: Renewal::Due(session),
         renewer: None,
         stopping: Stopping::No,
         max_runtime_at: job.max_runtime.map(|limit| started + limit),
@@ -164,7 +166,7 @@ pub(crate) fn supervise(
             break ended;
         }
     };
-    supervisor.finish(ended, session, ending)
+    supervisor.finish(ended, ending)
 }
 
 /// The error for a command that could not be started, with its exit code.
@@ -572,19 +574,19 @@ impl Supervisor<'_> {
 
     /// After the loop: the terminal back, renewals stopped, the lock released (or left to
     /// expire, or found lost), and the exit status.
-    fn finish(
-        self,
-        ended: Ended,
-        session: Option<Session>,
-        ending: FinalRelease<'_>,
-    ) -> anyhow::Result<Done> {
+    fn finish(self, ended: Ended, ending: FinalRelease<'_>) -> anyhow::Result<Done> {
         if self.job.foreground {
             child::reclaim_terminal();
         }
         crate::failpoint::hit("ending");
         // Stops renewing; a renewal still in flight that lands after the release finds the
-        // token gone and changes nothing.
+        // token gone and changes nothing. The release takes the renewals' connection when none
+        // is in flight on it, else a new one.
         drop(self.renewer);
+        let session = match self.renewal {
+            Renewal::Due(session) => session,
+            Renewal::Retry(_) | Renewal::InFlight => None,
+        };
         let key = self.key;
         let lost = match self.lease {
             LeaseState::Lost { failure, .. } => Some(failure),
@@ -645,8 +647,9 @@ impl Supervisor<'_> {
     }
 }
 
-/// What the final release needs: it runs on the worker that acquired the lock, over its
-/// connection, while the main thread waits for the reply, a signal, or the bound.
+/// What the final release needs: it runs on the worker that acquired the lock, over the
+/// connection the renewals used (the acquisition's), while the main thread waits for the reply,
+/// a signal, or the bound.
 struct FinalRelease<'a> {
     inbox: &'a Inbox<'a, Reply>,
     lock: &'a Lock,
