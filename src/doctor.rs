@@ -229,38 +229,39 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
 
     match lock.denied_commands(session) {
         Ok(Some(denied)) => {
-            if denied.commands.is_empty() {
-                say(
-                    "permissions",
+            let (verdict, detail) = if denied.commands.is_empty() {
+                (
                     Verdict::Ok,
                     "the user may run every command redlock needs on its keys".into(),
-                );
+                )
             } else {
-                say(
-                    "permissions",
+                (
                     Verdict::Unsafe,
                     format!(
                         "the user may not run {} on redlock's keys: those requests fail (exit 77); see the README's ACL line",
                         denied.commands.join(", ")
                     ),
-                );
-            }
-            if quorum && denied.notices.is_empty() {
-                say(
-                    "notices",
-                    Verdict::Ok,
-                    "the user may publish and subscribe to releases: waiters are told at once"
-                        .into(),
-                );
-            } else if quorum {
-                say(
-                    "notices",
-                    Verdict::Warn,
-                    format!(
-                        "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &redlock:* (README, \"Several masters\")",
-                        denied.notices.join(", ")
-                    ),
-                );
+                )
+            };
+            say("permissions", verdict, detail);
+            // Only a quorum's waiters listen for releases.
+            if quorum {
+                let (verdict, detail) = if denied.notices.is_empty() {
+                    (
+                        Verdict::Ok,
+                        "the user may publish and subscribe to releases: waiters are told at once"
+                            .into(),
+                    )
+                } else {
+                    (
+                        Verdict::Warn,
+                        format!(
+                            "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &redlock:* (README, \"Several masters\")",
+                            denied.notices.join(", ")
+                        ),
+                    )
+                };
+                say("notices", verdict, detail);
             }
         }
         Ok(None) => say(

@@ -372,7 +372,7 @@ pub struct Lease {
 }
 
 /// What the user may not do, as the doctor asks it (`Lock::denied_commands`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Denied {
     /// Commands redlock sends or its scripts call, on the lock's keys: those requests fail.
     pub(crate) commands: Vec<String>,
