@@ -27,7 +27,13 @@ once with the bystander (its latencies; INFO commandstats are server-wide, so it
 blur the first pass's figures). Both passes report order, overlaps and exit codes.
 
 `--semaphore N` adds a point: N holders of a `--limit N` semaphore (each `run` holds until the
-benchmark lets go of a flock(1) its command waits for) plus N/10 queued behind them.
+benchmark lets go of a flock(1) its command waits for) plus N/10 queued behind them, and a
+control pass of the same commands without redlock (N `flock` started at once, then N/10 `bash`
+when the gate opens) with the bystander: what those processes cost the machine on their own.
+Where the kernel's DAMON threads run (kdamond: some virtual machines use them to give cold
+memory back to the host), their CPU is sampled while the bystander runs and its runs over 5 ms
+are matched against their bursts (`Reclaim`); benches/sched_stalls.py reads a scheduler trace
+for the rest.
 `--idle-simulation W` adds 10,000 idle waiters simulated on sockets (no processes): each joins
 with the acquire script, then loops like src/waiting.rs: BLPOP its wake list for a third of
 QUEUE_ENTRY_TTL, then one script call; once with `acquire` (stay) as the waiting code does
@@ -62,6 +68,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,6 +316,101 @@ class Bystander:
         return [ms for at, ms in samples if phase is None or phase[0] <= at < phase[1]]
 
 
+class Reclaim:
+    """CPU time of the kernel's DAMON threads (kdamond), sampled every millisecond while the
+    bystander runs. Some virtual machines run DAMON to give cold memory back to the host: every
+    sampling interval it checks the pages it samples in every process that maps them, so its
+    work grows with the number of processes sharing the same files (libc, the redlock binary),
+    and a kernel without preemption lets it keep a CPU for tens of milliseconds. The bystander's
+    runs that overlap such a burst show how much of its tail is that daemon's. Nothing is
+    sampled where DAMON is not running."""
+
+    BURST_NS = 1_000_000
+
+    def __init__(self):
+        self.files, self.samples = [], []
+        for pid in self.pids():
+            try:
+                self.files.append(open(f"/proc/{pid}/schedstat", "rb", buffering=0))
+            except OSError:
+                pass
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        if self.files:
+            self.thread.start()
+
+    @staticmethod
+    def pids():
+        pids = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/comm") as comm:
+                    if comm.read().startswith("kdamond"):
+                        pids.append(pid)
+            except OSError:
+                pass
+        return pids
+
+    def runtime_ns(self):
+        total = 0
+        for file in self.files:
+            file.seek(0)
+            total += int(file.read().split()[0])
+        return total
+
+    def sample(self):
+        while not self.stopped.is_set():
+            self.samples.append((time.monotonic(), self.runtime_ns()))
+            time.sleep(0.001)
+
+    def stop(self):
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def bursts(self):
+        """(start, end, CPU ns) of each stretch of at least BURST_NS of DAMON CPU."""
+        found, current = [], None
+        for (t1, r1), (t2, r2) in zip(self.samples, self.samples[1:]):
+            if r2 <= r1:
+                continue
+            if current and t1 - current[1] < 0.003:
+                current[1], current[2] = t2, current[2] + r2 - r1
+            else:
+                if current:
+                    found.append(current)
+                current = [t1, t2, r2 - r1]
+        if current:
+            found.append(current)
+        return [tuple(b) for b in found if b[2] >= self.BURST_NS]
+
+    def report(self, runs, slow_ms=5):
+        """Figures for the bystander's `runs` (start, ms) against this daemon's bursts."""
+        if not self.files or len(self.samples) < 2:
+            return {}
+        wall = self.samples[-1][0] - self.samples[0][0]
+        bursts = self.bursts()
+
+        def in_burst(at, ms):
+            return any(start < at + ms / 1000 and end > at for start, end, _ in bursts)
+
+        slow = [(at, ms) for at, ms in runs if ms > slow_ms]
+        fast = [(at, ms) for at, ms in runs if ms <= slow_ms]
+        return {"kdamond_cpu_ms_per_s": (self.samples[-1][1] - self.samples[0][1]) / 1e6 / wall,
+                "kdamond_bursts": len(bursts),
+                "slow_runs": len(slow),
+                "slow_runs_in_burst": sum(in_burst(*run) for run in slow),
+                "fast_runs_in_burst": sum(in_burst(*run) for run in fast)}
+
+
+class NoReclaim:
+    def stop(self):
+        pass
+
+    def report(self, runs):
+        return {}
+
+
 def queue_count(redis, layout):
     key = f"{PREFIX}{{{KEY}}}:queue"
     if layout == "zset":
@@ -389,7 +491,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
     result = {"n": n, "kind": f"semaphore --limit {n}" if semaphore else "exclusive"}
     processes = []
     phases = {}
-    bystander = NoBystander()
+    bystander, reclaim = NoBystander(), NoReclaim()
     try:
         child = ["bash", "-c", f'echo "$EPOCHREALTIME s $PPID $REDLOCK_FENCE" >> {log}; '
                                f'echo "$EPOCHREALTIME e $PPID" >> {log}']
@@ -414,6 +516,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         cpu_start = redis.cpu()
         if bystanding:
             bystander = Bystander(binary, env, redis.port, work)
+            reclaim = Reclaim()
         lock_args = ["--limit", str(n)] if semaphore else []
         started = time.monotonic()
         deadline = started + options.timeout
@@ -481,6 +584,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
             time.sleep(max(0, released + MIN_SAMPLING - time.monotonic()))
         phases["draining"] = (released, time.monotonic())
         bystander.stop()
+        reclaim.stop()
         slow = redis.client.call("SLOWLOG", "GET", "-1")
         result["slow_commands"] = len(slow)
         result["slowest_ms"] = max((entry[2] for entry in slow), default=0) / 1000
@@ -518,7 +622,9 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         result.setdefault("timed_out", "drain")
     finally:
         bystander.stop()
+        reclaim.stop()
         kill_all(processes)
+        result.update(reclaim.report(bystander.runs))
         runs, pings = Bystander.within(bystander.runs, None), Bystander.within(bystander.pings, None)
         result["bystander_runs"] = bystander.count
         result["bystander_p99_ms"] = percentile(runs, .99)
@@ -528,6 +634,64 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         for name, phase in phases.items():
             result[f"bystander_{name}_p99_ms"] = percentile(Bystander.within(bystander.runs, phase), .99)
             result[f"ping_{name}_p99_ms"] = percentile(Bystander.within(bystander.pings, phase), .99)
+        redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def run_control(binary, n, options):
+    """The semaphore point's workload without redlock, with the bystander: its n holders'
+    commands (`flock -s GATE true`) started at once, the same waiting window, then the gate
+    opened and the n/10 waiters' commands started. What the bystander measures here is what
+    those processes cost the machine, whatever runs them; the point's own pass adds redlock."""
+    work = tempfile.mkdtemp(prefix="redlock-control-")
+    redis = Redis(work)
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("REDLOCK_") and key != "REDIS_URL"}
+    env["REDLOCK_URL"] = f"redis://127.0.0.1:{redis.port}"
+    gate = os.path.join(work, "gate")
+    open(gate, "w").close()
+    gate_fd = os.open(gate, os.O_RDONLY)
+    fcntl.flock(gate_fd, fcntl.LOCK_EX)
+    result = {"n": n, "kind": "control"}
+    processes, phases = [], {}
+    bystander, reclaim = NoBystander(), NoReclaim()
+    try:
+        subprocess.run([binary, "run", "-q", "--key", "warm-up", "--", "true"], env=env,
+                       check=True)
+        bystander, reclaim = Bystander(binary, env, redis.port, work), Reclaim()
+        started = time.monotonic()
+        for _ in range(n):
+            processes.append(subprocess.Popen(["flock", "-s", gate, "true"],
+                                              start_new_session=True))
+        time.sleep(max(0, started + MIN_SAMPLING - time.monotonic()))
+        phases["joining"] = (started, time.monotonic())
+        idle_started = time.monotonic()
+        time.sleep(min(options.idle, BYSTANDER_IDLE))
+        phases["waiting"] = (idle_started, time.monotonic())
+        released = time.monotonic()
+        fcntl.flock(gate_fd, fcntl.LOCK_UN)
+        for _ in range(n // 10):
+            processes.append(subprocess.Popen(["bash", "-c", "true"], start_new_session=True))
+        for process in processes:
+            process.wait(timeout=options.timeout)
+        result["drain_s"] = time.monotonic() - released
+        time.sleep(max(0, released + MIN_SAMPLING - time.monotonic()))
+        phases["draining"] = (released, time.monotonic())
+    except subprocess.TimeoutExpired:
+        result["timed_out"] = "drain"
+    finally:
+        bystander.stop()
+        reclaim.stop()
+        kill_all(processes)
+        os.close(gate_fd)
+        result.update(reclaim.report(bystander.runs))
+        runs = Bystander.within(bystander.runs, None)
+        result["bystander_runs"] = bystander.count
+        result["bystander_p50_ms"] = percentile(runs, .5)
+        result["bystander_p99_ms"] = percentile(runs, .99)
+        for name, phase in phases.items():
+            result[f"bystander_{name}_p99_ms"] = percentile(Bystander.within(bystander.runs, phase), .99)
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -700,7 +864,8 @@ def main():
         by = run_point(binary, n, options, semaphore, bystanding=True)
         print(json.dumps(by), file=sys.stderr, flush=True)
         for name in ("bystander_runs", "bystander_p50_ms", "bystander_p99_ms", "ping_p99_ms",
-                     "ping_max_ms", "slow_commands", "slowest_ms",
+                     "ping_max_ms", "slow_commands", "slowest_ms", "kdamond_cpu_ms_per_s",
+                     "kdamond_bursts", "slow_runs", "slow_runs_in_burst", "fast_runs_in_burst",
                      *(f"{who}_{phase}_p99_ms" for who in ("bystander", "ping")
                        for phase in PHASES)):
             result[name] = by.get(name)
@@ -708,6 +873,12 @@ def main():
                                     ("join_s", "drain_s", "gap_p50_ms", "gap_p99_ms",
                                      "in_queue_order", "overlaps", "exit_codes", "timed_out")}
         results.append(result)
+        if semaphore:
+            print(f"N = {n} (control: the same commands without redlock) ...", file=sys.stderr,
+                  flush=True)
+            control = run_control(binary, n, options)
+            print(json.dumps(control), file=sys.stderr, flush=True)
+            results.append(control)
     simulation = simulate_idle(options) if options.idle_simulation else None
     if simulation:
         print(json.dumps(simulation), file=sys.stderr, flush=True)
@@ -731,6 +902,8 @@ def main():
           "| in order, overlaps, exits |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        if r["kind"] == "control":
+            continue
         label = r["n"] if r["kind"] == "exclusive" else \
             f"{r['kind']}: {r['n']} holders + {r['n'] // 10} waiting"
         done = "timed out in " + r["timed_out"] if "timed_out" in r else \
@@ -751,6 +924,21 @@ def main():
               f"| {' / '.join(fmt(r.get(f'ping_{p}_p99_ms'), '.1f') for p in PHASES)} ms "
               f"| {r.get('slow_commands', '–')} ({fmt(r.get('slowest_ms'), '.1f')} ms) "
               f"| {done} |")
+    print("\nThe bystander against the kernel's DAMON threads (kdamond; see `Reclaim`):\n")
+    print("| pass | bystander `run` p50 / p99 | p99 joining / waiting / draining | kdamond CPU "
+          "| runs > 5 ms: in a kdamond burst | runs ≤ 5 ms: in a burst |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        label = {"exclusive": f"{r['n']} waiting",
+                 "control": f"control: {r['n']} commands + {r['n'] // 10} without redlock"}.get(
+            r["kind"], f"{r['kind']}: {r['n']} holders + {r['n'] // 10} waiting")
+        print(f"| {label} "
+              f"| {fmt(r.get('bystander_p50_ms'), '.1f')} / {fmt(r.get('bystander_p99_ms'), '.1f')} ms "
+              f"| {' / '.join(fmt(r.get(f'bystander_{p}_p99_ms'), '.1f') for p in PHASES)} ms "
+              f"| {fmt(r.get('kdamond_cpu_ms_per_s'), '.1f')} ms/s ({r.get('kdamond_bursts', '–')} bursts) "
+              f"| {r.get('slow_runs_in_burst', '–')} of {r.get('slow_runs', '–')} "
+              f"| {r.get('fast_runs_in_burst', '–')} of "
+              f"{(r.get('bystander_runs') or 0) - (r.get('slow_runs') or 0)} |")
     if simulation:
         print("\n| 10,000 simulated idle waiters | Redis CPU | script calls / s | µs / call |")
         print("|---|---|---|---|")
