@@ -256,8 +256,9 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                     (
                         Verdict::Warn,
                         format!(
-                            "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &redlock:* (README, \"Several masters\")",
-                            denied.notices.join(", ")
+                            "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &{} (README, \"Several masters\")",
+                            denied.notices.join(", "),
+                            lock.released_channels_pattern()
                         ),
                     )
                 };

@@ -189,9 +189,19 @@ pub struct Failed {
     pub failure: Failure,
     pub message: String,
     pub hint: Option<Hint>,
-    /// A request was sent and no reply came (a timeout, a dropped connection): it may still
-    /// take effect.
-    pub no_reply: bool,
+    /// A request was sent and no reply came: it may still take effect.
+    pub no_reply: Option<NoReply>,
+}
+
+/// How a request went unanswered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReply {
+    /// The connection stayed open and no reply came in time: the server may be busy or
+    /// stalled, with the request waiting to run.
+    TimedOut,
+    /// The connection was closed or reset (a server that dropped an idle connection, a
+    /// restart): a request it had read would have been answered before that, unless it died.
+    Dropped,
 }
 
 /// What a user can do about an error; the command-line layer words it (naming its flags).
@@ -234,25 +244,26 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
         failure,
         message: message.into(),
         hint: None,
-        no_reply: false,
+        no_reply: None,
     })
 }
 
 /// Unavailable (69): a request was sent and no reply came, so it may still take effect.
-pub(crate) fn fail_no_reply(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn fail_no_reply(how: NoReply, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Failed {
         failure: Failure::Unavailable,
         message: message.into(),
         hint: None,
-        no_reply: true,
+        no_reply: Some(how),
     })
 }
 
-/// Whether `err` is a request that was sent and never answered (see [`fail_no_reply`]).
-pub(crate) fn no_reply(err: &anyhow::Error) -> bool {
+/// How `err`'s request went unanswered, if it is one that was sent and never answered (see
+/// [`fail_no_reply`]).
+pub(crate) fn no_reply(err: &anyhow::Error) -> Option<NoReply> {
     err.chain()
         .find_map(|cause| cause.downcast_ref::<Failed>())
-        .is_some_and(|failed| failed.no_reply)
+        .and_then(|failed| failed.no_reply)
 }
 
 /// Like [`fail`], with a hint the command line words for the user.
@@ -261,7 +272,7 @@ pub fn fail_with(failure: Failure, message: impl Into<String>, hint: Hint) -> an
         failure,
         message: message.into(),
         hint: Some(hint),
-        no_reply: false,
+        no_reply: None,
     })
 }
 

@@ -91,15 +91,7 @@ impl Prefix {
 
     /// A `SCAN MATCH` pattern for the holders hash of every lock under this prefix.
     pub fn holders_pattern(&self) -> String {
-        let mut pattern = String::with_capacity(self.0.len() + 12);
-        for c in self.0.chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push_str("{*}:holders");
-        pattern
+        glob_escaped(&self.0) + "{*}:holders"
     }
 
     /// The lock name behind a holders key found by [`Self::holders_pattern`].
@@ -144,6 +136,14 @@ impl LockKeys {
         format!("{}:released", self.base)
     }
 
+    /// An ACL channel pattern (`&...`) that covers the release channel of every lock under
+    /// this lock's prefix.
+    pub fn released_channels_pattern(&self) -> String {
+        // A prefix holds no brace: the lock's own part starts at the first.
+        let prefix = self.base.split('{').next().unwrap_or_default();
+        glob_escaped(prefix) + "*"
+    }
+
     /// The mark that cancels the requests of `token` still on their way (`lua/README.md`).
     pub fn cancel(&self, token: &str) -> String {
         format!("{}:cancel:{token}", self.base)
@@ -179,6 +179,18 @@ fn decode_tag(tag: &str) -> Option<String> {
     }
     name.push_str(rest);
     Some(name)
+}
+
+/// `text` with the characters special in Redis glob patterns escaped.
+fn glob_escaped(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 12);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
 }
 
 #[cfg(test)]
@@ -230,4 +242,14 @@ mod tests {
         assert_eq!(prefix().name_of_holders_key("redlock:{x}:fence"), None);
         assert_eq!(prefix().name_of_holders_key("other:{x}:holders"), None);
     }
+
+    #[test]
+    fn the_channels_pattern_covers_the_prefix_only() {
+        let name = LockName::new("{job}").unwrap();
+        assert_eq!(prefix().keys(&name).released_channels_pattern(), "redlock:*");
+        let odd = Prefix::new("team[1]*:").unwrap();
+        assert_eq!(odd.keys(&name).released_channels_pattern(), "team\\[1\\]\\*:*");
+        assert_eq!(Prefix::new("").unwrap().keys(&name).released_channels_pattern(), "*");
+    }
 }
+

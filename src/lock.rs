@@ -484,6 +484,12 @@ impl Lock {
         self.keys.released_channel()
     }
 
+    /// The ACL channel pattern that covers the release channels of every lock under this
+    /// lock's prefix.
+    pub fn released_channels_pattern(&self) -> String {
+        self.keys.released_channels_pattern()
+    }
+
     /// Quorum mode: writes `fence` back where `token` holds the lock (the counter rises to it,
     /// the record and the history entry carry it). `false`: the token holds nothing here.
     pub fn raise_fence(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
-use crate::exit::{Failure, failure_of};
+use crate::exit::{Failure, NoReply, failure_of, no_reply};
 use crate::lock::{Ending, Lock, Release, Replicas, Token};
 use crate::log::Log;
 use crate::quorum::Quorum;
@@ -48,8 +48,11 @@ impl Store {
     }
 
     /// Token-checked release (or keep for the minimum hold) within `bound`. With one Redis,
-    /// over `session` if given (it may have sat idle for a long time: if it fails, one fresh
-    /// connection is tried); in quorum mode, on every master at once.
+    /// over `session` if given; in quorum mode, on every master at once. A release is not
+    /// idempotent (a nested hold only counts down), so it is sent a second time, on a fresh
+    /// connection, only when the first cannot run any more: the connection was found closed
+    /// (a server that dropped it while idle) or could not be made. One that went unanswered
+    /// on an open connection may still run: it is left to do so, and this returns its error.
     // The release's own inputs (as `Lock::release` takes them) and how to bound and log it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -67,9 +70,11 @@ impl Store {
             Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
             Store::One(target) => target,
         };
+        // The whole bound for the first attempt: a renewal's connection still carries the
+        // renewals' shorter timeout.
         let released = match session.filter(|_| target.reuses_connections()) {
             Some(mut session) => {
-                let _ = session.set_command_timeout(session.command_timeout().min(bound));
+                let _ = session.set_command_timeout(bound);
                 lock.release(&mut session, token, min_hold, ending)
             }
             None => target.connect_within(bound).and_then(|mut fresh| {
@@ -78,7 +83,11 @@ impl Store {
             }),
         };
         match released {
-            Err(err) if failure_of(&err) == Some(Failure::Unavailable) => {
+            Err(err)
+                if failure_of(&err) == Some(Failure::Unavailable)
+                    && no_reply(&err) != Some(NoReply::TimedOut)
+                    && !deadline.remaining().is_zero() =>
+            {
                 log.step(format_args!("releasing failed ({err:#}); reconnecting"));
                 target
                     .connect_within(deadline.remaining())

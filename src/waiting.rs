@@ -424,7 +424,7 @@ impl Acquirer<'_> {
                 Err(err) => {
                     // A refusal or a failure to connect changed nothing; a request without a
                     // reply may have.
-                    self.unsure = self.unsure && no_reply(&err);
+                    self.unsure = self.unsure && no_reply(&err).is_some();
                     self.on_failure(err)
                 }
             },

@@ -356,6 +356,70 @@ fn nested_runs_re_enter_and_the_outermost_release_frees_the_lock() {
     assert_eq!(server.keys_but_history(), ["redlock:{job}:fence"]);
 }
 
+/// Keeps the server busy for ARGV[1] ms: requests wait in their sockets and run afterwards,
+/// even those whose connection was closed meanwhile.
+const BUSY: &str = "local s = redis.call('TIME') while true do local t = redis.call('TIME') \
+     if (t[1] - s[1]) * 1000000 + (t[2] - s[2]) > ARGV[1] * 1000 then return 1 end end";
+
+/// A nested run's release that Redis runs late (the server busy with a slow script) must count
+/// down once: sent again on a new connection after the first went unanswered, it would count
+/// the enclosing run's hold down too and free the lock under its command. Answered within the
+/// release's bound (2 s with --ttl 3s), it is simply waited for; answered later, it is left to
+/// run, and the run says it could not release.
+#[test]
+fn a_nested_release_answered_late_counts_down_once() {
+    for (busy_ms, said) in [(1500, "released one hold"), (2500, "could not release lock 'job'")] {
+        let server = RedisServer::start();
+        let dir = TempDir::new("late-release");
+        let (started, go, after) = (
+            dir.path().join("started"),
+            dir.path().join("go"),
+            dir.path().join("after"),
+        );
+        let inner = format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            go.display()
+        );
+        // The inspection waits until the late release has surely run.
+        let outer = format!(
+            "{REDLOCK} run -v --key job --ttl 3s -- sh -c '{inner}' && sleep 1.2 && {REDLOCK} inspect --key job --json > {}",
+            after.display()
+        );
+        // Every script loaded, as on a server in use (else the late release would find its
+        // script missing and be sent once more, whole, only on the connection that waited).
+        server.redlock(&["run", "--key", "warm-up", "--", "true"]).run().code(0);
+        let running = server
+            .redlock(&["run", "--key", "job", "--ttl", "10s", "--", "sh", "-c", &outer])
+            .spawn();
+        assert!(wait_until(Duration::from_secs(5), || started.exists()));
+        // Past the inner run's first renewal (every 1 s), whose connection the release reuses.
+        std::thread::sleep(Duration::from_millis(1400));
+        let busy = std::thread::spawn({
+            let mut client = server.client();
+            move || {
+                let _: i64 = redis::cmd("EVAL")
+                    .arg(BUSY)
+                    .arg(0)
+                    .arg(busy_ms)
+                    .query(&mut client)
+                    .unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::write(&go, "").unwrap();
+        busy.join().unwrap();
+        running
+            .wait(Duration::from_secs(15))
+            .code(0)
+            .stderr_contains(said);
+        let after: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap();
+        assert_eq!(after["state"], "held", "busy {busy_ms} ms: {after}");
+        assert_eq!(after["holders"][0]["holds"], 1, "busy {busy_ms} ms: {after}");
+    }
+}
+
 #[test]
 fn dead_holders_free_their_place_at_their_own_ttl_in_every_mode() {
     for mode in [&["--shared"][..], &["--limit", "2"]] {

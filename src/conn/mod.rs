@@ -25,7 +25,7 @@ use transport::Connection;
 use url::{Address, RedisUrl, Servers};
 
 use crate::duration;
-use crate::exit::{Failure, Hint, fail, fail_no_reply, fail_with, failure_of};
+use crate::exit::{Failure, Hint, NoReply, fail, fail_no_reply, fail_with, failure_of};
 
 /// Who to log in as. The password never shows in `Debug`.
 #[derive(Clone, Default)]
@@ -536,10 +536,15 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
         ),
         // The request went out and no reply came: it may still run.
         _ if err.is_timeout() => {
-            fail_no_reply(format!("no answer within {}", duration::display(timeout)))
+            fail_no_reply(
+                NoReply::TimedOut,
+                format!("no answer within {}", duration::display(timeout)),
+            )
         }
         _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
-        _ if err.is_io_error() || err.is_connection_dropped() => fail_no_reply(err.to_string()),
+        _ if err.is_io_error() || err.is_connection_dropped() => {
+            fail_no_reply(NoReply::Dropped, err.to_string())
+        }
         ErrorKind::Parse => fail(
             Failure::Unavailable,
             "not a Redis server: it answered with something that is not the Redis protocol",
