@@ -1,5 +1,6 @@
 -- extend: reset the expiry of a live holder (and of its history entry); never re-creates an
--- expired or foreign lock.
+-- expired or foreign lock, nor prolongs a hold that is over (kept for a minimum hold: a
+-- renewal still on its way when the run released must not hold it a whole lease longer).
 -- Returns {1, now_ms} when extended, {0, now_ms} when the token holds nothing.
 local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms'})
 if refused then return refused end
@@ -15,7 +16,7 @@ if refused then return refused end
 local mine
 refused, mine = holder_of(lock, token)
 if refused then return refused end
-if mine == nil then return {0, lock.now} end
+if mine == nil or mine.over then return {0, lock.now} end
 
 -- From here on, writes.
 begin_writes(lock)

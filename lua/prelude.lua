@@ -502,14 +502,16 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     local length = grant
     if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
-    first = {entry.tok, record, put_holder(lock, entry.tok, record, true)}
+    local json = put_holder(lock, entry.tok, record, true)
+    -- Grants are as long as each waiter asked, at most: the shortest ends first.
+    if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end
     remove_entry(lock, id)
     wake(lock, id, 'g:' .. record.fence .. ':' .. int(record.exp), wake_ttl)
     granted = granted + 1
   end
   if granted > 0 and head and head[1] ~= stop_at then
-    -- The first lease to end: a grant's, when every live holder is a new grant (they all end
-    -- together); else the index says.
+    -- The first lease to end: the shortest grant's, when every live holder is a new grant;
+    -- else the index says.
     if live_count(lock) ~= granted then
       local _, earliest = first_holder(lock)
       first = earliest

@@ -87,7 +87,7 @@ if mine and op ~= 'force' then
     reply = {3, mine.count}
   elseif op == 'token' and keep_until > now then
     -- The hold is over; the lock stays taken until the minimum hold has passed.
-    mine.exp, mine.ttl = keep_until, keep_until - now
+    mine.exp, mine.ttl, mine.over = keep_until, keep_until - now, true
     put_holder(lock, token, mine, false)
     history_change(lock, mine.fence, ended(now, 'released', arg.exit, arg.signal))
     reply = {2, keep_until - now}

@@ -246,10 +246,21 @@ mod tests {
     #[test]
     fn the_channels_pattern_covers_the_prefix_only() {
         let name = LockName::new("{job}").unwrap();
-        assert_eq!(prefix().keys(&name).released_channels_pattern(), "redlock:*");
+        assert_eq!(
+            prefix().keys(&name).released_channels_pattern(),
+            "redlock:*"
+        );
         let odd = Prefix::new("team[1]*:").unwrap();
-        assert_eq!(odd.keys(&name).released_channels_pattern(), "team\\[1\\]\\*:*");
-        assert_eq!(Prefix::new("").unwrap().keys(&name).released_channels_pattern(), "*");
+        assert_eq!(
+            odd.keys(&name).released_channels_pattern(),
+            "team\\[1\\]\\*:*"
+        );
+        assert_eq!(
+            Prefix::new("")
+                .unwrap()
+                .keys(&name)
+                .released_channels_pattern(),
+            "*"
+        );
     }
 }
-

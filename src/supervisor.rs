@@ -100,7 +100,10 @@ pub(crate) fn supervise(
         ));
     }
 
-    child::become_subreaper()?;
+    if let Err(err) = child::become_subreaper() {
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
+        return Err(err.into());
+    }
     let spec = child::Spec {
         argv: &job.argv,
         set_env: &job.set_env,
@@ -549,9 +552,28 @@ impl Supervisor<'_> {
                 return Ok(());
             }
         };
-        let renewer = match &mut self.renewer {
-            Some(renewer) => renewer,
-            none => none.insert(Worker::start("renewal")?),
+        if self.renewer.is_none() {
+            let started = if crate::failpoint::fails("no-renewal-thread") {
+                Err(crate::exit::system(
+                    "a thread",
+                    std::io::ErrorKind::WouldBlock.into(),
+                ))
+            } else {
+                Worker::start("renewal")
+            };
+            match started {
+                Ok(worker) => self.renewer = Some(worker),
+                // No thread now (a process or memory limit): a renewal that failed, retried
+                // while the lease lasts; the command is stopped before it lapses, never left
+                // running unsupervised.
+                Err(err) => {
+                    self.on_renewed(now, Err(err));
+                    return Ok(());
+                }
+            }
+        }
+        let Some(renewer) = &self.renewer else {
+            return Ok(());
         };
         let timeout = window
             .request_timeout
@@ -580,8 +602,8 @@ impl Supervisor<'_> {
         }
         crate::failpoint::hit("ending");
         // Stops renewing; a renewal still in flight that lands after the release finds the
-        // token gone and changes nothing. The release takes the renewals' connection when none
-        // is in flight on it, else a new one.
+        // token gone, or its hold over (kept for the minimum hold), and changes nothing. The
+        // release takes the renewals' connection when none is in flight on it, else a new one.
         drop(self.renewer);
         let session = match self.renewal {
             Renewal::Due(session) => session,

@@ -584,9 +584,14 @@ impl Acquirer<'_> {
                 holder,
             }) if BootInstant::now() < reading.refresh_at() => {
                 self.look_at = reading.about(expires) + Duration::from_millis(10);
+                // The message carries no clock: the holder's lease was last set then (a grant
+                // just made, the usual case, was made at the server's now).
+                let now = holder
+                    .as_ref()
+                    .map_or(expires, |holder| holder.exp.saturating_sub(holder.ttl));
                 self.status.update(Place {
                     holder,
-                    now: expires.saturating_sub(GRANT.as_millis() as u64),
+                    now,
                     position: 1,
                     length,
                     received: BootInstant::now(),

@@ -368,7 +368,10 @@ const BUSY: &str = "local s = redis.call('TIME') while true do local t = redis.c
 /// run, and the run says it could not release.
 #[test]
 fn a_nested_release_answered_late_counts_down_once() {
-    for (busy_ms, said) in [(1500, "released one hold"), (2500, "could not release lock 'job'")] {
+    for (busy_ms, said) in [
+        (1500, "released one hold"),
+        (2500, "could not release lock 'job'"),
+    ] {
         let server = RedisServer::start();
         let dir = TempDir::new("late-release");
         let (started, go, after) = (
@@ -388,9 +391,14 @@ fn a_nested_release_answered_late_counts_down_once() {
         );
         // Every script loaded, as on a server in use (else the late release would find its
         // script missing and be sent once more, whole, only on the connection that waited).
-        server.redlock(&["run", "--key", "warm-up", "--", "true"]).run().code(0);
+        server
+            .redlock(&["run", "--key", "warm-up", "--", "true"])
+            .run()
+            .code(0);
         let running = server
-            .redlock(&["run", "--key", "job", "--ttl", "10s", "--", "sh", "-c", &outer])
+            .redlock(&[
+                "run", "--key", "job", "--ttl", "10s", "--", "sh", "-c", &outer,
+            ])
             .spawn();
         assert!(wait_until(Duration::from_secs(5), || started.exists()));
         // Past the inner run's first renewal (every 1 s), whose connection the release reuses.
@@ -416,7 +424,10 @@ fn a_nested_release_answered_late_counts_down_once() {
         let after: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap();
         assert_eq!(after["state"], "held", "busy {busy_ms} ms: {after}");
-        assert_eq!(after["holders"][0]["holds"], 1, "busy {busy_ms} ms: {after}");
+        assert_eq!(
+            after["holders"][0]["holds"], 1,
+            "busy {busy_ms} ms: {after}"
+        );
     }
 }
 

@@ -543,6 +543,66 @@ fn min_hold_keeps_the_lock_after_a_quick_command() {
     );
 }
 
+/// A renewal that lands after the release kept the lock for the minimum hold (it was in
+/// flight then) must not hold it a whole lease longer: extending a hold that is over does
+/// nothing.
+#[test]
+fn a_hold_kept_for_the_minimum_is_not_extended() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("kept");
+    let token_file = dir.path().join("token");
+    let save = format!("printf %s \"$REDLOCK_TOKEN\" > {}", token_file.display());
+    server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--min-hold",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            &save,
+        ])
+        .run()
+        .code(0);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    server
+        .redlock(&["extend", "--key", "job", "--token", &token, "--ttl", "60s"])
+        .run()
+        .code(1);
+    let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
+    assert!(
+        pttl > 0 && pttl <= 3000,
+        "PTTL {pttl}: the kept hold was extended"
+    );
+}
+
+/// No renewal thread (the system refuses it): renewals fail like any other, and the command
+/// is stopped before the lease can lapse, then the lock released; never left running
+/// unsupervised under a lease nobody renews. (Debug builds: the failpoint.)
+#[test]
+fn a_renewal_thread_refused_stops_the_command_in_time() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("no-thread");
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let out = server
+        .redlock(&[
+            "run", "--key", "job", "--ttl", "3s", "--", "sh", "-c", &script,
+        ])
+        .env("REDLOCK_FAILPOINT", "no-renewal-thread")
+        .run();
+    out.code(125).stderr_contains("renewing lock 'job' failed");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "the command outlived redlock");
+    assert!(lock_is_free(&server), "the lock was not released");
+}
+
 #[test]
 fn leftover_processes_are_stopped_before_release() {
     let server = RedisServer::start();

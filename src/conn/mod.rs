@@ -535,12 +535,10 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
             "the server takes no more connections (max number of clients reached)",
         ),
         // The request went out and no reply came: it may still run.
-        _ if err.is_timeout() => {
-            fail_no_reply(
-                NoReply::TimedOut,
-                format!("no answer within {}", duration::display(timeout)),
-            )
-        }
+        _ if err.is_timeout() => fail_no_reply(
+            NoReply::TimedOut,
+            format!("no answer within {}", duration::display(timeout)),
+        ),
         _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
         _ if err.is_io_error() || err.is_connection_dropped() => {
             fail_no_reply(NoReply::Dropped, err.to_string())
