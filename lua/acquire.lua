@@ -32,6 +32,9 @@ local now = lock.now
 local mine, entry, first, head
 refused, mine = holder_of(lock, token)
 if refused then return refused end
+-- A hold that is over (kept for the minimum hold) is nobody's to re-enter or renew: a request
+-- of its token that comes now (a late duplicate, a leftover process) is a stranger's.
+if mine and mine.over then mine = nil end
 if waiter ~= '' then
   local json = redis.call('HGET', key.waiters, waiter)
   entry = decode(json)

@@ -51,8 +51,9 @@ impl Store {
     /// over `session` if given; in quorum mode, on every master at once. A release is not
     /// idempotent (a nested hold only counts down), so it is sent a second time, on a fresh
     /// connection, only when the first cannot run any more: the connection was found closed
-    /// (a server that dropped it while idle) or could not be made. One that went unanswered
-    /// on an open connection may still run: it is left to do so, and this returns its error.
+    /// (a server that dropped it while idle) or could not be made. Any other failure (a
+    /// timeout, a TLS error, an error reply from something between) may leave it to run: this
+    /// returns its error.
     // The release's own inputs (as `Lock::release` takes them) and how to bound and log it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -71,21 +72,26 @@ impl Store {
             Store::One(target) => target,
         };
         // The whole bound for the first attempt: a renewal's connection still carries the
-        // renewals' shorter timeout.
-        let released = match session.filter(|_| target.reuses_connections()) {
+        // renewals' shorter timeout. `sent`: the request may have reached the server.
+        let (released, sent) = match session.filter(|_| target.reuses_connections()) {
             Some(mut session) => {
                 let _ = session.set_command_timeout(bound);
-                lock.release(&mut session, token, min_hold, ending)
+                (lock.release(&mut session, token, min_hold, ending), true)
             }
-            None => target.connect_within(bound).and_then(|mut fresh| {
-                fresh.set_command_timeout(bound)?;
-                lock.release(&mut fresh, token, min_hold, ending)
-            }),
+            None => match target.connect_within(bound) {
+                Ok(mut fresh) => {
+                    let released = fresh
+                        .set_command_timeout(bound)
+                        .and_then(|()| lock.release(&mut fresh, token, min_hold, ending));
+                    (released, true)
+                }
+                Err(err) => (Err(err), false),
+            },
         };
         match released {
             Err(err)
                 if failure_of(&err) == Some(Failure::Unavailable)
-                    && no_reply(&err) != Some(NoReply::TimedOut)
+                    && (!sent || no_reply(&err) == Some(NoReply::Dropped))
                     && !deadline.remaining().is_zero() =>
             {
                 log.step(format_args!("releasing failed ({err:#}); reconnecting"));

@@ -101,7 +101,8 @@ pub(crate) fn supervise(
     }
 
     if let Err(err) = child::become_subreaper() {
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
+        // The setting's error is the one to report; a release that fails expires anyway.
+        let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, None);
         return Err(err.into());
     }
     let spec = child::Spec {

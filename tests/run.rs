@@ -571,11 +571,21 @@ fn a_hold_kept_for_the_minimum_is_not_extended() {
         .redlock(&["extend", "--key", "job", "--token", &token, "--ttl", "60s"])
         .run()
         .code(1);
+    // Nor re-entered by a process that still has its token: it is a stranger's request.
+    server
+        .redlock(&["run", "--key", "job", "--", "true"])
+        .env("REDLOCK_KEY", "job")
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(75);
     let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
     assert!(
         pttl > 0 && pttl <= 3000,
         "PTTL {pttl}: the kept hold was extended"
     );
+    let record: serde_json::Value =
+        serde_json::from_str(&server.cmd::<String>(&["HGET", HOLDERS, &token])).unwrap();
+    assert_eq!(record["count"], 1, "{record}");
 }
 
 /// No renewal thread (the system refuses it): renewals fail like any other, and the command
