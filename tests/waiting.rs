@@ -237,6 +237,59 @@ fn a_run_whose_grant_is_never_renewed_stops_before_the_grant_lapses() {
 
 /// A waiter stopped while its turn came finds its grant lapsed when it continues: it queues
 /// again (here: takes the free lock) instead of failing or starting on a lapsed grant.
+/// Waiter `position` of a `--limit 2` semaphore on `job` with a lease of `ttl`, running `script`.
+fn queue_permit(server: &RedisServer, ttl: &str, script: &str, position: usize) -> Running {
+    let running = server
+        .redlock(&[
+            "run", "--key", "job", "--limit", "2", "--ttl", ttl, "--wait", "60s", "--", "sh", "-c",
+            script,
+        ])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || waiters(server) == position),
+        "waiter {position} did not queue"
+    );
+    running
+}
+
+/// Grants last as long as each waiter asked, at most: when one release hands out a short one
+/// and a long one, the next in line watches the one that ends first. Here the short grant's
+/// waiter is stopped and never claims it: its permit is free again after 1 s, not after the
+/// long grant's 5 s.
+#[test]
+fn the_next_waiter_watches_the_grant_that_ends_first() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("shortest-grant");
+    let ran = dir.path().join("ran");
+    for _ in 0..2 {
+        server
+            .redlock(&["acquire", "--key", "job", "--limit", "2", "--ttl", "60s"])
+            .run()
+            .code(0);
+    }
+    let short = queue_permit(&server, "1s", "true", 1);
+    let long = queue_permit(&server, "60s", "sleep 8", 2);
+    let next = queue_permit(&server, "60s", &format!("touch {}", ran.display()), 3);
+    short.signal("STOP");
+    server
+        .redlock(&["release", "--key", "job", "--force"])
+        .run()
+        .code(0);
+    let released = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(10), || ran.exists()),
+        "the third waiter never ran"
+    );
+    let waited = released.elapsed();
+    assert!(
+        waited < Duration::from_millis(3500),
+        "the third waiter ran {waited:?} after the release: it watched the long grant"
+    );
+    next.wait(Duration::from_secs(10)).code(0);
+    long.wait(Duration::from_secs(20)).code(0);
+    short.signal("CONT");
+}
+
 #[test]
 fn a_waiter_stopped_through_its_grant_queues_again() {
     let server = RedisServer::start();
