@@ -173,6 +173,18 @@ pub(crate) fn supervise(
     supervisor.finish(ended, ending)
 }
 
+/// The thread that sends the renewals, started at the first one (a `run` shorter than a
+/// renewal period never pays for it). The `no-renewal-thread` failpoint refuses it.
+fn start_renewer() -> anyhow::Result<Worker> {
+    if crate::failpoint::fails("no-renewal-thread") {
+        return Err(crate::exit::system(
+            "a thread",
+            std::io::ErrorKind::WouldBlock.into(),
+        ));
+    }
+    Worker::start("renewal")
+}
+
 /// The error for a command that could not be started, with its exit code.
 fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
     let program = printable(&program.to_string_lossy());
@@ -553,17 +565,10 @@ impl Supervisor<'_> {
                 return Ok(());
             }
         };
-        if self.renewer.is_none() {
-            let started = if crate::failpoint::fails("no-renewal-thread") {
-                Err(crate::exit::system(
-                    "a thread",
-                    std::io::ErrorKind::WouldBlock.into(),
-                ))
-            } else {
-                Worker::start("renewal")
-            };
-            match started {
-                Ok(worker) => self.renewer = Some(worker),
+        let renewer = match self.renewer.take() {
+            Some(renewer) => renewer,
+            None => match start_renewer() {
+                Ok(renewer) => renewer,
                 // No thread now (a process or memory limit): a renewal that failed, retried
                 // while the lease lasts; the command is stopped before it lapses, never left
                 // running unsupervised.
@@ -571,10 +576,7 @@ impl Supervisor<'_> {
                     self.on_renewed(now, Err(err));
                     return Ok(());
                 }
-            }
-        }
-        let Some(renewer) = &self.renewer else {
-            return Ok(());
+            },
         };
         let timeout = window
             .request_timeout
@@ -592,6 +594,7 @@ impl Supervisor<'_> {
             let result = store.extend(&lock, session, &token, ttl, replicas, timeout);
             Reply::Renewed { sent, result }
         });
+        self.renewer = Some(renewer);
         Ok(())
     }
 
