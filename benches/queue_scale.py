@@ -77,6 +77,15 @@ KEY = "queue"
 PREFIX = "redlock:"
 
 
+def private_env(port):
+    """The environment for redlock against the private server on `port` only: nothing may fall
+    back to a Redis named elsewhere."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("REDLOCK_") and key != "REDIS_URL"}
+    env["REDLOCK_URL"] = f"redis://127.0.0.1:{port}"
+    return env
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -315,6 +324,20 @@ class Bystander:
         """The latencies of the samples taken in `phase` (start, end), or all of them."""
         return [ms for at, ms in samples if phase is None or phase[0] <= at < phase[1]]
 
+    def figures(self, phases):
+        """Its latencies: p50/p99 of the runs, p99/max of the PINGs, and each one's p99 per
+        phase (name: (start, end))."""
+        runs, pings = self.within(self.runs, None), self.within(self.pings, None)
+        figures = {"bystander_runs": self.count,
+                   "bystander_p50_ms": percentile(runs, .5),
+                   "bystander_p99_ms": percentile(runs, .99),
+                   "ping_p99_ms": percentile(pings, .99),
+                   "ping_max_ms": max(pings, default=float("nan"))}
+        for name, phase in phases.items():
+            figures[f"bystander_{name}_p99_ms"] = percentile(self.within(self.runs, phase), .99)
+            figures[f"ping_{name}_p99_ms"] = percentile(self.within(self.pings, phase), .99)
+        return figures
+
 
 class Reclaim:
     """CPU time of the kernel's DAMON threads (kdamond), sampled every millisecond while the
@@ -468,11 +491,11 @@ def summarize(stats, acquisitions):
     }
 
 
-class NoBystander:
-    runs, pings, count = [], [], 0
+class NoBystander(Bystander):
+    """No bystander: no samples, every figure NaN."""
 
-    def stop(self):
-        pass
+    def __init__(self):
+        self.processes, self.runs, self.pings, self.count = {}, [], [], 0
 
 
 def run_point(binary, n, options, semaphore=False, bystanding=False):
@@ -481,9 +504,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
     (an idle window of at most BYSTANDER_IDLE seconds) and while they drain."""
     work = tempfile.mkdtemp(prefix="redlock-scale-")
     redis = Redis(work)
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("REDLOCK_") and key != "REDIS_URL"}
-    env["REDLOCK_URL"] = f"redis://127.0.0.1:{redis.port}"
+    env = private_env(redis.port)
     log = os.path.join(work, "log")
     gate = os.path.join(work, "gate")
     open(gate, "w").close()
@@ -625,15 +646,7 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         reclaim.stop()
         kill_all(processes)
         result.update(reclaim.report(bystander.runs))
-        runs, pings = Bystander.within(bystander.runs, None), Bystander.within(bystander.pings, None)
-        result["bystander_runs"] = bystander.count
-        result["bystander_p99_ms"] = percentile(runs, .99)
-        result["bystander_p50_ms"] = percentile(runs, .5)
-        result["ping_p99_ms"] = percentile(pings, .99)
-        result["ping_max_ms"] = max(pings, default=float("nan"))
-        for name, phase in phases.items():
-            result[f"bystander_{name}_p99_ms"] = percentile(Bystander.within(bystander.runs, phase), .99)
-            result[f"ping_{name}_p99_ms"] = percentile(Bystander.within(bystander.pings, phase), .99)
+        result.update(bystander.figures(phases))
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -646,9 +659,7 @@ def run_control(binary, n, options):
     those processes cost the machine, whatever runs them; the point's own pass adds redlock."""
     work = tempfile.mkdtemp(prefix="redlock-control-")
     redis = Redis(work)
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("REDLOCK_") and key != "REDIS_URL"}
-    env["REDLOCK_URL"] = f"redis://127.0.0.1:{redis.port}"
+    env = private_env(redis.port)
     gate = os.path.join(work, "gate")
     open(gate, "w").close()
     gate_fd = os.open(gate, os.O_RDONLY)
@@ -686,12 +697,7 @@ def run_control(binary, n, options):
         kill_all(processes)
         os.close(gate_fd)
         result.update(reclaim.report(bystander.runs))
-        runs = Bystander.within(bystander.runs, None)
-        result["bystander_runs"] = bystander.count
-        result["bystander_p50_ms"] = percentile(runs, .5)
-        result["bystander_p99_ms"] = percentile(runs, .99)
-        for name, phase in phases.items():
-            result[f"bystander_{name}_p99_ms"] = percentile(Bystander.within(bystander.runs, phase), .99)
+        result.update(bystander.figures(phases))
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
     return result
