@@ -158,6 +158,11 @@ pub struct Global {
     )]
     pub redis: Vec<String>,
 
+    /// Whether `redis` came from REDLOCK_URL rather than the command line (set after parsing,
+    /// for messages that name where an empty URL came from).
+    #[arg(skip)]
+    pub redis_from_env: bool,
+
     /// Read the Redis password from this file (its first line)
     ///
     /// Overrides REDLOCK_PASSWORD and a password in the URL. The file should be readable by its

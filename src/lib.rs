@@ -53,6 +53,7 @@ mod waiting;
 use std::ffi::OsString;
 
 use clap::error::ErrorKind;
+use clap::parser::ValueSource;
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 pub use cli::Cli;
@@ -135,7 +136,16 @@ fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     if args.iter().any(|arg| arg == "--help") {
         command = command.after_long_help(cli::after_long_help());
     }
-    Cli::from_arg_matches_mut(&mut command.try_get_matches_from(args)?)
+    let mut matches = command.try_get_matches_from(args)?;
+    // Global options are propagated down to the subcommand with their source.
+    let mut deepest = &matches;
+    while let Some((_, sub)) = deepest.subcommand() {
+        deepest = sub;
+    }
+    let redis_from_env = deepest.value_source("redis") == Some(ValueSource::EnvVariable);
+    let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+    cli.global.redis_from_env = redis_from_env;
+    Ok(cli)
 }
 
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.

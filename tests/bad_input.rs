@@ -143,6 +143,78 @@ fn redis_urls_that_do_not_parse_are_usage_errors_without_the_password() {
     }
 }
 
+/// Repro (issue 27): `--redis 'redis://default:abc/def+SECRET==@127.0.0.1:6500/0'` printed the
+/// whole URL, and `redis://user:Pa?ss-SECRET@h` printed "unknown query parameter 'ss-SECRET@h'".
+/// Every ASCII character, around and inside a password, in `--redis` and `REDLOCK_URL`, text and
+/// JSON logs: no part of the password is ever printed.
+#[test]
+fn a_password_with_any_character_is_never_printed() {
+    let port = free_port();
+    for byte in 0..128_u8 {
+        let c = char::from(byte);
+        if c == '\0' {
+            continue; // cannot be passed in an argument or a variable
+        }
+        // Two halves, which a separator in the password may cut apart.
+        let password = format!("x{c}QZX{c}JVK{c}y");
+        for (n, url) in [
+            format!("redis://default:{password}@127.0.0.1:{port}/0"),
+            format!("redis://:{password}@127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}?password={password}"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut redlock = Redlock::new(&["inspect", "--key", "k", "--connect-timeout", "1s"]);
+            redlock = match (usize::from(byte) + n) % 2 {
+                0 => redlock.args(&["--redis", url]),
+                _ => redlock.env("REDLOCK_URL", url),
+            };
+            if byte % 3 == 0 {
+                redlock = redlock.args(&["--log-format", "json"]);
+            }
+            let out = redlock.run();
+            if out.stderr.contains("QZX") || out.stderr.contains("JVK") {
+                out.fail(&format!("a part of the password {password:?} was printed"));
+            }
+            if !matches!(out.status.code(), Some(64 | 69)) {
+                out.fail("expected exit 64 (not a URL) or 69 (nobody listens)");
+            }
+        }
+    }
+}
+
+/// Repro (issue 23): `redlock --redis '' run ...` and `REDLOCK_URL= redlock run ...` exited 0
+/// after locking whatever listens on 127.0.0.1:6379; in CI a missing secret becomes an empty
+/// variable. Only an unset variable falls back to the default.
+#[test]
+fn an_empty_url_is_a_usage_error_naming_where_it_came_from() {
+    let run = ["run", "--key", "k", "--", "true"];
+    let cases = [
+        (
+            Redlock::new(&["--redis", "", "run", "--key", "k", "--", "true"]),
+            "--redis",
+        ),
+        (
+            Redlock::new(&["run", "--redis", " ", "--key", "k", "--", "true"]),
+            "--redis",
+        ),
+        (Redlock::new(&run).env("REDLOCK_URL", ""), "REDLOCK_URL"),
+        (Redlock::new(&run).env("REDLOCK_URL", "  "), "REDLOCK_URL"),
+        (Redlock::new(&run).env("REDIS_URL", ""), "REDIS_URL"),
+        (
+            Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"]).env("REDIS_URL", " "),
+            "REDIS_URL",
+        ),
+    ];
+    for (redlock, source) in cases {
+        redlock
+            .run()
+            .code(64)
+            .one_line_error(&format!("{source} is set but empty"));
+    }
+}
+
 #[test]
 fn foreign_data_at_a_lock_key_is_never_clobbered() {
     let server = RedisServer::start();

@@ -77,20 +77,17 @@ pub(crate) struct Context {
 impl Context {
     fn new(global: Global, inherited: Inherited) -> anyhow::Result<Self> {
         let prefix = Prefix::new(&global.prefix).context("--prefix")?;
-        let mut urls: Vec<String> = global
-            .redis
-            .iter()
-            .filter(|url| !url.is_empty())
-            .cloned()
-            .collect();
+        let mut urls = given_urls(&global)?;
         let password_in_argv = !global.quiet && password_in_argv(&urls);
         if urls.is_empty() {
-            urls.push(
-                std::env::var("REDIS_URL")
+            urls.push(match std::env::var_os("REDIS_URL") {
+                None => DEFAULT_URL.to_owned(),
+                Some(url) => url
+                    .into_string()
                     .ok()
-                    .filter(|url| !url.is_empty())
-                    .unwrap_or_else(|| DEFAULT_URL.to_owned()),
-            );
+                    .filter(|url| !url.trim().is_empty())
+                    .ok_or_else(|| empty_url("REDIS_URL"))?,
+            });
         }
         if urls.len() > 1 {
             crate::quorum::check_count(urls.len())
@@ -272,16 +269,57 @@ fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>
     Ok(Some(options))
 }
 
+/// The URLs of `--redis` or `REDLOCK_URL` (none: neither is set). An empty one is an error,
+/// never the default: in CI an unset secret becomes an empty variable, and the default would
+/// lock each runner's own Redis, excluding nothing.
+fn given_urls(global: &Global) -> anyhow::Result<Vec<String>> {
+    let source = if global.redis_from_env {
+        "REDLOCK_URL"
+    } else {
+        "--redis"
+    };
+    if global.redis.iter().all(|url| url.trim().is_empty()) {
+        return match global.redis.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err(empty_url(source)),
+        };
+    }
+    // Several URLs are separated by spaces; a space may also have cut a password in two.
+    let urls: Vec<String> = global
+        .redis
+        .iter()
+        .filter(|url| !url.trim().is_empty())
+        .cloned()
+        .collect();
+    if urls
+        .iter()
+        .any(|url| !url.contains("://") && url.contains('@'))
+    {
+        return Err(fail(
+            Failure::Usage,
+            format!(
+                "{source}: a URL without a scheme holds an '@'; URLs are separated by spaces, so write a space in a password as %20"
+            ),
+        ));
+    }
+    Ok(urls)
+}
+
+fn empty_url(source: &str) -> anyhow::Error {
+    fail(
+        Failure::Usage,
+        format!(
+            "{source} is set but empty; give a Redis URL, or unset it for the default {DEFAULT_URL}"
+        ),
+    )
+}
+
 /// Whether a URL given on the command line (not through `REDLOCK_URL`) has a password: every
 /// user of the host can read it in the process list, and redlock cannot take it back.
 fn password_in_argv(urls: &[String]) -> bool {
     let from_env = std::env::var("REDLOCK_URL")
         .is_ok_and(|env| env.split_whitespace().eq(urls.iter().map(String::as_str)));
-    let with_password = |url: &String| {
-        let shown = crate::conn::redact_url(url);
-        shown.contains(":***@") || shown.contains("pass=***") || shown.contains("password=***")
-    };
-    !from_env && urls.iter().any(with_password)
+    !from_env && urls.iter().any(|url| crate::conn::url_has_password(url))
 }
 
 /// Warns when `path` (a secret) can be read by group or others; an unreadable file is an error.

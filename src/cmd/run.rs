@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Context, ask, busy, lock_name};
 use crate::cli::RunArgs;
-use crate::conn::redact_url;
+use crate::conn::url_has_password;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::schedule::{MIN_TTL, Plan, Unfit};
@@ -62,8 +62,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         "REDLOCK_SENTINEL_PASSWORD".to_owned(),
     ];
     // Several URLs (quorum mode) are separated by spaces: any one with a secret hides them all.
-    if std::env::var("REDLOCK_URL")
-        .is_ok_and(|urls| urls.split_whitespace().any(|url| redact_url(url) != url))
+    if std::env::var("REDLOCK_URL").is_ok_and(|urls| urls.split_whitespace().any(url_has_password))
     {
         remove_env.push("REDLOCK_URL".to_owned());
     }

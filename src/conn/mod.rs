@@ -98,9 +98,9 @@ impl Target {
     /// Parses `url` and checks `access` against it. Errors are usage errors that say why, and
     /// never contain a password.
     pub fn new(url: &str, access: Access) -> anyhow::Result<Self> {
-        let shown = redact_url(url);
         let url = RedisUrl::parse(url)
             .map_err(|why| fail(Failure::Usage, format!("not a Redis URL: {why}")))?;
+        let shown = url.shown(access.password.is_some());
         let credentials = Credentials {
             user: url.user,
             password: access.password.or(url.password),
@@ -556,56 +556,108 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
     }
 }
 
-/// Hides the password of a Redis URL: the userinfo's password part and `pass`/`password` query
-/// values become `***`. A userinfo without `:` is hidden whole, since some clients read it as
-/// the password.
+/// The URL as people may see it: rebuilt from its parsed form with any password (and a lone
+/// user name, which some read as the password) replaced by `***`. Where a URL that does not
+/// parse splits is anyone's guess, so one with an `@` shows only its scheme, and a query is
+/// hidden whole: nothing that could be part of a password is shown.
 pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => format!("***@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((name, _)) if matches!(name, "pass" | "password") => {
-                        format!("{name}=***")
-                    }
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
+    if let Ok(parsed) = RedisUrl::parse(url) {
+        return parsed.shown(false);
+    }
+    let shown = if url.contains('@') {
+        match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://***"),
+            None => "***".to_owned(),
         }
-        None => tail.to_owned(),
+    } else {
+        match url.split_once('?') {
+            Some((before, _)) => format!("{before}?***"),
+            None => url.to_owned(),
+        }
     };
-    format!("{scheme}{authority}{tail}")
+    crate::log::printable(&shown)
+}
+
+/// Whether `url` carries a password (or could: one that does not parse and has a userinfo).
+pub(crate) fn url_has_password(url: &str) -> bool {
+    match RedisUrl::parse(url) {
+        Ok(parsed) => parsed.password.is_some(),
+        Err(_) => url.contains('@') || url.contains("pass"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{RedisUrl, redact_url};
 
     #[test]
     fn redacts_passwords() {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
-        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact_url("redis://u:s3cret@h:1"), "redis://u:***@h:1");
-        assert_eq!(redact_url("redis://s3cret@h"), "redis://***@h");
-        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://:***@h:1");
+        assert_eq!(redact_url("redis://u:s3cret@h:1/2"), "redis://u:***@h:1/2");
+        assert_eq!(redact_url("redis://s3cret@h"), "redis://***@h:6379");
+        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h:6379");
         assert_eq!(
             redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
-            "redis+unix:///tmp/r.sock?db=1&pass=***"
+            "unix:///tmp/r.sock?db=1&password=***"
         );
-        assert_eq!(redact_url(":s3cret@h"), ":***@h");
+        // Not URLs: with an '@', only the scheme; a query is hidden whole.
+        assert_eq!(redact_url(":s3cret@h"), "***");
+        assert_eq!(
+            redact_url("redis://default:abc/def+s3cret==@127.0.0.1:6500/0"),
+            "redis://***"
+        );
+        assert_eq!(redact_url("redis://u:Pa?ss-s3cret@h"), "redis://***");
+        assert_eq!(redact_url("redis://h:99999"), "redis://h:99999");
+        assert_eq!(redact_url("redis://h:x?password=s3cret"), "redis://h:x?***");
+    }
+
+    /// Every ASCII character, anywhere in a password, in every place a password can go: neither
+    /// the shown form nor a parse error quotes any of it.
+    #[test]
+    fn no_password_survives_redaction_or_a_parse_error() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut passwords = Vec::new();
+        for byte in 0..128_u8 {
+            let c = char::from(byte);
+            passwords.push(format!("{c}SECRETxyz"));
+            passwords.push(format!("SECRET{c}xyz"));
+            passwords.push(format!("SECRETxyz{c}"));
+            passwords.push(format!("SEC{c}RET"));
+        }
+        for _ in 0..2_000 {
+            let len = 1 + next() % 24;
+            let mut password: String = (0..len)
+                .map(|_| char::from(u8::try_from(next() % 128).unwrap()))
+                .collect();
+            password.insert_str(usize::try_from(next() % (len + 1)).unwrap(), "SECRET");
+            passwords.push(password);
+        }
+        for password in &passwords {
+            // A lone userinfo is a user name up to its first ':' (the URL's own rule).
+            let lone = password.replace(':', "");
+            for url in [
+                format!("redis://user:{password}@127.0.0.1:6500/0"),
+                format!("redis://:{password}@h"),
+                format!("rediss://{lone}@h:1"),
+                format!("redis+sentinel://:{password}@s1,s2/mymaster"),
+                format!("redis://h?password={password}"),
+                format!("unix:///tmp/s?pass={password}"),
+            ] {
+                // Neither half of the marker, which a separator in the password may split.
+                let quotes_it = |text: &str| text.contains("SEC") || text.contains("RET");
+                let shown = redact_url(&url);
+                assert!(!quotes_it(&shown), "{url:?} shown as {shown:?}");
+                if let Err(why) = RedisUrl::parse(&url) {
+                    assert!(!quotes_it(&why), "{url:?}: {why}");
+                }
+            }
+        }
     }
 }

@@ -66,6 +66,18 @@ impl RedisUrl {
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| format!("no scheme; expected {FORMS}"))?;
+        // The host part ends at the first '/', '?' or '#'. An '@' after it means a user name or
+        // password that holds one of those unencoded: whatever is said about the rest would
+        // quote part of the password, so say only that.
+        if !matches!(scheme, "unix" | "redis+unix") {
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            if rest[authority_end..].contains('@') {
+                return Err(
+                    "an '@' after the host; in a user name or password write '/', '?', '#' and '@' percent-encoded (%2F, %3F, %23, %40)"
+                        .into(),
+                );
+            }
+        }
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let rest = rest.split_once('#').map_or(rest, |(rest, _)| rest);
         let mut url = Self {
@@ -84,7 +96,13 @@ impl RedisUrl {
                 "user" | "username" => url.user = Some(value),
                 "password" | "pass" => url.password = Some(value),
                 "sentinel_user" => url.sentinel_user = Some(value),
-                other => return Err(format!("unknown query parameter '{}'", decode(other)?)),
+                // Not named: after a password with an unencoded '&', the "name" is the rest of it.
+                _ => {
+                    return Err(
+                        "an unknown query parameter; known are db, user, password and sentinel_user"
+                            .into(),
+                    );
+                }
             }
         }
         match scheme {
@@ -159,6 +177,93 @@ impl RedisUrl {
         }
         Ok(url)
     }
+}
+
+impl RedisUrl {
+    /// The URL as people see it, rebuilt from what was parsed: the password is `***` and
+    /// nothing else of it survives. A user name alone is hidden too unless
+    /// `password_elsewhere` (REDLOCK_PASSWORD, --password-file): without one, some clients
+    /// read a lone userinfo as the password, and so may the person who wrote it.
+    pub(crate) fn shown(&self, password_elsewhere: bool) -> String {
+        let scheme = match (&self.servers, self.tls) {
+            (Servers::Single(Address::Unix(path)), _) => {
+                let mut query = Vec::new();
+                if self.db != 0 {
+                    query.push(format!("db={}", self.db));
+                }
+                match (&self.user, &self.password) {
+                    (Some(user), Some(_)) => {
+                        query.push(format!("user={}", encode(user)));
+                        query.push("password=***".to_owned());
+                    }
+                    (None, Some(_)) => query.push("password=***".to_owned()),
+                    (Some(user), None) if password_elsewhere => {
+                        query.push(format!("user={}", encode(user)));
+                    }
+                    (Some(_), None) => query.push("user=***".to_owned()),
+                    (None, None) => {}
+                }
+                let query = if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{}", query.join("&"))
+                };
+                return format!("unix://{}{query}", path.display());
+            }
+            (Servers::Single(_), false) => "redis",
+            (Servers::Single(_), true) => "rediss",
+            (Servers::Sentinel { .. }, false) => "redis+sentinel",
+            (Servers::Sentinel { .. }, true) => "rediss+sentinel",
+            (Servers::Cluster { .. }, false) => "redis+cluster",
+            (Servers::Cluster { .. }, true) => "rediss+cluster",
+        };
+        let userinfo = match (&self.user, &self.password) {
+            (Some(user), Some(_)) => format!("{}:***@", encode(user)),
+            (None, Some(_)) => ":***@".to_owned(),
+            (Some(user), None) if password_elsewhere => format!("{}@", encode(user)),
+            (Some(_), None) => "***@".to_owned(),
+            (None, None) => String::new(),
+        };
+        let join = |addresses: &[Address]| {
+            addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (hosts, service) = match &self.servers {
+            Servers::Single(address) => (address.to_string(), String::new()),
+            Servers::Sentinel { sentinels, service } => {
+                (join(sentinels), format!("/{}", encode(service)))
+            }
+            Servers::Cluster { seeds } => (join(seeds), String::new()),
+        };
+        let db = if self.db == 0 {
+            String::new()
+        } else {
+            format!("/{}", self.db)
+        };
+        let query = self
+            .sentinel_user
+            .as_ref()
+            .map(|user| format!("?sentinel_user={}", encode(user)))
+            .unwrap_or_default();
+        format!("{scheme}://{userinfo}{hosts}{service}{db}{query}")
+    }
+}
+
+/// Percent-encodes every byte of `text` but letters, digits and `-._~`, so that a shown name
+/// cannot pass for another part of the URL or carry a control character.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                char::from(byte).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
 }
 
 fn parse_db(text: &str) -> Result<i64, String> {
