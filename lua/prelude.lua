@@ -28,6 +28,16 @@ local QUEUE_SLACK_MS = 1000
 local HISTORY_CAP = 100
 local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
 
+-- redlock needs Redis 6.0 or later (README, "Supported servers"). Older servers are refused
+-- before anything is read or written, naming the version found: 6.0 gave scripts
+-- redis.setresp, which older ones lack. (INFO under pcall: a rename may hide it; an older
+-- server has no ACL to deny it.)
+if redis.setresp == nil then
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  local version = ok and type(info) == 'string' and string.match(info, 'redis_version:([%w%.%-]+)')
+  return redis.error_reply('OLDSERVER ' .. (version or 'older than 6.0'))
+end
+
 -- Names the script's KEYS and ARGV, in order: `key.<name>` and `arg.<name>`. The same names, in
 -- the same order, are declared on the Rust side (src/scripts.rs; a test compares them). Returns
 -- nil, key, arg; or an error reply when the caller sent another number of either.

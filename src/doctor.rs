@@ -74,12 +74,32 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                 .next()
                 .and_then(|major| major.parse().ok())
                 .unwrap_or(0);
+            // Valkey names itself, keeps redis_version at the Redis it forked from, and
+            // renamed redis_mode.
             let mode = server
                 .as_deref()
-                .and_then(|text| field(text, "redis_mode"))
-                .unwrap_or_default();
-            if major >= 7 {
+                .and_then(|text| field(text, "redis_mode").or_else(|| field(text, "server_mode")))
+                .unwrap_or_else(|| "mode unknown".to_owned());
+            let valkey = server
+                .as_deref()
+                .filter(|text| field(text, "server_name").as_deref() == Some("valkey"))
+                .and_then(|text| field(text, "valkey_version"));
+            if let Some(valkey) = valkey {
+                say(
+                    "server",
+                    Verdict::Ok,
+                    format!("Valkey {valkey} (compatible with Redis {version}; {mode})"),
+                );
+            } else if major >= 7 {
                 say("server", Verdict::Ok, format!("Redis {version} ({mode})"));
+            } else if major < 6 {
+                say(
+                    "server",
+                    Verdict::Unsafe,
+                    format!(
+                        "Redis {version}: redlock needs Redis 6.0 or later and refuses to lock here"
+                    ),
+                );
             } else {
                 say(
                     "server",

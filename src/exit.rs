@@ -17,6 +17,9 @@ pub enum Failure {
     Usage,
     /// Redis cannot be reached or did not answer in time, or is not a master.
     Unavailable,
+    /// The server is a Redis older than redlock supports (6.0): as unavailable, but waiting
+    /// for it is pointless.
+    Unsupported,
     /// The lock is held by someone else.
     Busy,
     /// Authentication or ACL permission denied.
@@ -78,7 +81,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "69",
-        "Redis unavailable: connection refused or timed out, the server is not a master, or too few replicas acknowledged (--replicas)",
+        "Redis unavailable: connection refused or timed out, the server is not a master or is older than Redis 6.0, or too few replicas acknowledged (--replicas)",
     ),
     ("70", "internal error: a bug in redlock (please report it)"),
     (
@@ -112,7 +115,7 @@ pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
     match failure {
         Failure::NotHeld | Failure::Free | Failure::Unsafe => NOT_HELD,
         Failure::Usage => USAGE,
-        Failure::Unavailable => UNAVAILABLE,
+        Failure::Unavailable | Failure::Unsupported => UNAVAILABLE,
         Failure::Busy => busy_code,
         Failure::Auth => AUTH,
         Failure::MaxRuntime => MAX_RUNTIME,

@@ -1000,6 +1000,17 @@ fn scan_holders(
                 .arg("TYPE")
                 .arg("hash")
                 .query(con)
+        })
+        .map_err(|err| {
+            // SCAN's TYPE option came with Redis 6.0; older servers call it a syntax error.
+            if format!("{err:#}").contains("syntax error") {
+                fail(
+                    Failure::Unsupported,
+                    "the server does not know SCAN ... TYPE: it is older than Redis 6.0, and redlock needs Redis 6.0 or later",
+                )
+            } else {
+                err
+            }
         })?;
         for key in keys {
             let Ok(key) = String::from_utf8(key) else {

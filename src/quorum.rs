@@ -178,7 +178,7 @@ impl Quorum {
             .iter()
             .filter_map(|reply| reply.as_ref().err())
             .collect();
-        let outcome = [Failure::Auth, Failure::Usage]
+        let outcome = [Failure::Auth, Failure::Usage, Failure::Unsupported]
             .into_iter()
             .find(|wanted| errors.iter().any(|err| failure_of(err) == Some(*wanted)))
             .unwrap_or(Failure::Unavailable);

@@ -125,6 +125,7 @@ pub(crate) fn acquire(
         failures: None,
         call_at: None,
         polling: false,
+        woken_failures: 0,
         session: None,
         reply_by: None,
         status: Status::new(lock.name.as_str(), log, deadline, ask.progress_every),
@@ -285,6 +286,8 @@ struct Acquirer<'a> {
     call_at: Option<BootInstant>,
     /// BLPOP is denied to this Redis user: look at the lock every [`POLL_EVERY`] instead.
     polling: bool,
+    /// Blocks in a row that ended with a failed connection.
+    woken_failures: u32,
     /// The connection, while no request is in flight and the next call waits for `call_at`.
     session: Option<Session>,
     /// A request is in flight, and its reply is due by then at the latest.
@@ -428,7 +431,10 @@ impl Acquirer<'_> {
                     self.on_failure(err)
                 }
             },
-            Reply::Woken(Ok((woken, session))) => Ok(self.on_woken(woken, session)),
+            Reply::Woken(Ok((woken, session))) => {
+                self.woken_failures = 0;
+                Ok(self.on_woken(woken, session))
+            }
             Reply::Refreshed {
                 sent,
                 result:
@@ -461,9 +467,12 @@ impl Acquirer<'_> {
             Reply::Refreshed {
                 result: Err(err), ..
             } => self.on_failure(err),
-            // The Redis user may not block: look at the lock now and then instead, never in a
-            // loop.
-            Reply::Woken(Err(err)) if failure_of(&err) == Some(Failure::Auth) => {
+            // The Redis user may not block, or the server refuses BLPOP some other way (an
+            // error reply: renamed, or a server that will answer the same again): look at the
+            // lock now and then instead, never in a loop.
+            Reply::Woken(Err(err))
+                if failure_of(&err) == Some(Failure::Auth) || no_reply(&err).is_none() =>
+            {
                 self.status.clear();
                 self.log.warn(format_args!(
                     "{err:#}; looking at the lock every {} instead of waiting for a wake-up (allow BLPOP for prompt hand-overs)",
@@ -476,8 +485,17 @@ impl Acquirer<'_> {
             // The connection failed under the block: a stop and continue (Ctrl-Z and `fg`) ends
             // it with EINTR, or the server went away. A wake-up may be lost with it; a fresh
             // connection and a look at the lock tell what was missed.
-            Reply::Woken(Err(_)) => {
-                self.call(Call::Stay, None);
+            // Again and again (a server or proxy that closes every blocked connection): the
+            // next look waits as after any failure.
+            Reply::Woken(Err(err)) => {
+                self.woken_failures += 1;
+                if self.woken_failures == 1 {
+                    self.call(Call::Stay, None);
+                } else {
+                    self.log
+                        .step(format_args!("{err:#}; looking at the lock again shortly"));
+                    self.call_at = Some(BootInstant::now() + backoff(self.woken_failures - 1));
+                }
                 Ok(None)
             }
         }

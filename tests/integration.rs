@@ -19,4 +19,5 @@ mod run;
 mod scale;
 mod sentinel;
 mod tls;
+mod versions;
 mod waiting;

@@ -517,6 +517,14 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
                 "permission denied inside a script ({detail}); the Redis user lacks a command redlock's scripts call"
             ),
         ),
+        // Every script refuses a server too old before it reads or writes anything.
+        _ if code == "OLDSERVER" => fail(
+            Failure::Unsupported,
+            format!(
+                "the server is Redis {}; redlock needs Redis 6.0 or later",
+                crate::log::printable(detail)
+            ),
+        ),
         _ if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
         _ if code == "FENCE" => fail(Failure::Usage, format!("the lock's fence counter {detail}")),
         _ if code == "WRONGTYPE" => fail_with(Failure::Usage, detail.to_owned(), Hint::OtherName),

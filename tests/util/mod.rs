@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod pki;
+pub mod releases;
 pub mod sentinel;
 
 use std::io::{Read as _, Write as _};
@@ -63,6 +64,8 @@ pub fn free_port() -> u16 {
 /// A private redis-server.
 pub struct RedisServer {
     child: Child,
+    /// The server binary: Debian's `redis-server`, or another release (see [`releases`]).
+    binary: PathBuf,
     pub port: u16,
     password: Option<String>,
     dir: TempDir,
@@ -76,6 +79,11 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_binary(Path::new("redis-server"), extra)
+    }
+
+    /// Starts `binary` (another release of Redis, or Valkey) with extra arguments.
+    pub fn start_binary(binary: &Path, extra: &[&str]) -> Self {
         let password = extra
             .iter()
             .position(|arg| *arg == "--requirepass")
@@ -89,10 +97,11 @@ impl RedisServer {
             while cluster && (port > 55_535 || !port_is_free(port + 10_000)) {
                 port = free_port();
             }
-            match launch(&dir, port, extra) {
+            match launch(binary, &dir, port, extra) {
                 Ok(child) => {
                     return Self {
                         child,
+                        binary: binary.to_owned(),
                         port,
                         password,
                         dir,
@@ -149,7 +158,7 @@ impl RedisServer {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match launch(&self.dir, self.port, &extra) {
+            match launch(&self.binary, &self.dir, self.port, &extra) {
                 Ok(child) => {
                     self.child = child;
                     return;
@@ -273,14 +282,14 @@ impl Drop for RedisServer {
 }
 
 /// Starts redis-server on `port` in `dir` and waits until it answers; on failure, its log.
-fn launch(dir: &TempDir, port: u16, extra: &[&str]) -> Result<Child, String> {
+fn launch(binary: &Path, dir: &TempDir, port: u16, extra: &[&str]) -> Result<Child, String> {
     let log = dir.path().join("redis.log");
     // A config file (a sentinel's) must come first.
     let (config, extra) = match extra.split_first() {
         Some((first, rest)) if first.ends_with(".conf") => (Some(*first), rest),
         _ => (None, extra),
     };
-    let mut child = Command::new("redis-server")
+    let mut child = Command::new(binary)
         .args(config)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
