@@ -19,6 +19,21 @@ pub(crate) enum Verdict {
     Unknown,
 }
 
+impl Verdict {
+    /// The word shown for it, in text and in JSON alike.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warning",
+            Verdict::Unsafe => "UNSAFE",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+/// The subjects on which a lock's safety depends: one that could not be read is no all-clear.
+pub(crate) const SAFETY_SUBJECTS: [&str; 4] = ["role", "replication", "memory", "persistence"];
+
 /// One subject checked.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Finding {
@@ -29,27 +44,49 @@ pub(crate) struct Finding {
 
 /// Everything the doctor looks at, in order.
 /// `quorum`: the server is one of a quorum's masters, whose waiters listen for releases.
-pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<Finding> {
-    let info = |session: &mut Session, section: &str| -> Option<String> {
-        session
-            .run(|con| redis::cmd("INFO").arg(section).query::<String>(con))
-            .ok()
+/// A server that cannot be asked at all (a password missing, not a Redis server) is an error,
+/// as for any command, not a list of unknowns.
+pub(crate) fn examine(
+    session: &mut Session,
+    lock: &Lock,
+    quorum: bool,
+) -> anyhow::Result<Vec<Finding>> {
+    // A request the ACL denies (or a command renamed away) is a subject doctor cannot see;
+    // any other failure (no password, not a Redis server, gone) ends doctor as it ends any
+    // command, instead of a list of unknowns.
+    let seen = |result: anyhow::Result<String>| -> anyhow::Result<Option<String>> {
+        match result {
+            Ok(text) => Ok(Some(text)),
+            Err(err) => {
+                let text = format!("{err:#}");
+                if text.contains("permission denied") || text.contains("unknown command") {
+                    Ok(None)
+                } else {
+                    Err(err)
+                }
+            }
+        }
+    };
+    let info = |session: &mut Session, section: &str| -> anyhow::Result<Option<String>> {
+        seen(session.run(|con| redis::cmd("INFO").arg(section).query::<String>(con)))
     };
     let field = |text: &str, name: &str| -> Option<String> {
         text.lines()
             .find_map(|line| line.strip_prefix(&format!("{name}:")))
             .map(|value| value.trim().to_owned())
     };
-    let config = |session: &mut Session, name: &str| -> Option<String> {
-        session
-            .run(|con| {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query::<Vec<String>>(con)
-            })
-            .ok()
-            .and_then(|pair| pair.get(1).cloned())
+    let config = |session: &mut Session, name: &str| -> anyhow::Result<Option<String>> {
+        let pair = session.run(|con| {
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query::<Vec<String>>(con)
+        });
+        // An unknown parameter comes back as an empty list.
+        Ok(
+            seen(pair.map(|pair| pair.get(1).cloned().unwrap_or_default()))?
+                .filter(|value| !value.is_empty()),
+        )
     };
     let mut findings = Vec::new();
     let mut say = |check: &'static str, verdict: Verdict, detail: String| {
@@ -60,10 +97,12 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
         });
     };
     let not_readable = |what: &str| {
-        format!("cannot read {what} (the user may not run INFO or CONFIG GET); check it by hand")
+        format!(
+            "cannot read {what}: the user may not run INFO or CONFIG GET (grant +info +config|get, README \"A Redis user for redlock\"), or check it by hand"
+        )
     };
 
-    let server = info(session, "server");
+    let server = info(session, "server")?;
     match server
         .as_deref()
         .and_then(|text| field(text, "redis_version"))
@@ -117,7 +156,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
         ),
     }
 
-    match info(session, "replication") {
+    match info(session, "replication")? {
         Some(replication) => {
             let role = field(&replication, "role").unwrap_or_default();
             let replicas: u32 = field(&replication, "connected_slaves")
@@ -138,7 +177,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                     "a master without replicas: no failover can lose a lock (a restart can, see persistence)".into(),
                 );
             } else {
-                let min = config(session, "min-replicas-to-write");
+                let min = config(session, "min-replicas-to-write")?;
                 match min.as_deref() {
                     Some("0") => say(
                         "replication",
@@ -172,9 +211,11 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
         ),
     }
 
-    match info(session, "memory") {
+    match info(session, "memory")? {
         Some(memory) => {
             let limit = field(&memory, "maxmemory").unwrap_or_default();
+            // In the server's own human units (maxmemory_human: 100.00M).
+            let shown_limit = field(&memory, "maxmemory_human").unwrap_or_else(|| limit.clone());
             let policy = field(&memory, "maxmemory_policy").unwrap_or_default();
             if limit == "0" {
                 say(
@@ -187,7 +228,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                     "memory",
                     Verdict::Ok,
                     format!(
-                        "maxmemory {limit}, noeviction: when full, writes fail (redlock exits 69); nothing is evicted"
+                        "maxmemory {shown_limit}, noeviction: when full, writes fail (redlock exits 69); nothing is evicted"
                     ),
                 );
             } else if policy.starts_with("volatile") {
@@ -195,7 +236,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                     "memory",
                     Verdict::Unsafe,
                     format!(
-                        "maxmemory {limit} with {policy}: under memory pressure a held lock (a key with an expiry) can be evicted, and a second holder takes it before the first notices; use noeviction"
+                        "maxmemory {shown_limit} with {policy}: under memory pressure a held lock (a key with an expiry) can be evicted, and a second holder takes it before the first notices; use noeviction"
                     ),
                 );
             } else {
@@ -203,7 +244,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
                     "memory",
                     Verdict::Unsafe,
                     format!(
-                        "maxmemory {limit} with {policy}: held locks can be evicted (a second holder takes them), and fence counters too (fences then start again from the server's clock); use noeviction"
+                        "maxmemory {shown_limit} with {policy}: held locks can be evicted (a second holder takes them), and fence counters too (fences then start again from the server's clock); use noeviction"
                     ),
                 );
             }
@@ -215,10 +256,10 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
         ),
     }
 
-    match info(session, "persistence") {
+    match info(session, "persistence")? {
         Some(persistence) => {
             let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
-            let fsync = config(session, "appendfsync");
+            let fsync = config(session, "appendfsync")?;
             match (aof, fsync.as_deref()) {
                 (true, Some("always")) => say(
                     "persistence",
@@ -321,7 +362,7 @@ pub(crate) fn examine(session: &mut Session, lock: &Lock, quorum: bool) -> Vec<F
             ),
         }
     }
-    findings
+    Ok(findings)
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub enum Failure {
     Output,
     /// `doctor`: something about the server makes locks unsafe.
     Unsafe,
+    /// `doctor`: nothing unsafe seen, but a safety subject could not be read (the user may
+    /// not ask): not an all-clear.
+    Unchecked,
 }
 
 impl Failure {
@@ -45,7 +48,7 @@ impl Failure {
     pub fn is_expected(self) -> bool {
         matches!(
             self,
-            Failure::NotHeld | Failure::Free | Failure::Busy | Failure::Unsafe
+            Failure::NotHeld | Failure::Free | Failure::Busy | Failure::Unsafe | Failure::Unchecked
         )
     }
 }
@@ -53,6 +56,7 @@ impl Failure {
 /// Exit codes; `busy_code` arguments carry the `-E/--conflict-exit-code` override of [`BUSY`].
 pub const OK: u8 = 0;
 pub const NOT_HELD: u8 = 1;
+pub const UNCHECKED: u8 = 3;
 pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
@@ -74,6 +78,10 @@ pub const TABLE: &[(&str, &str)] = &[
     (
         "1",
         "release, extend: not held by that token (nothing changed); inspect: free; history: none; doctor: something is unsafe",
+    ),
+    (
+        "3",
+        "doctor: nothing unsafe seen, but the memory policy, persistence or replication could not be read (the user may not run INFO or CONFIG GET)",
     ),
     (
         "64",
@@ -114,6 +122,7 @@ pub const TABLE: &[(&str, &str)] = &[
 pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
     match failure {
         Failure::NotHeld | Failure::Free | Failure::Unsafe => NOT_HELD,
+        Failure::Unchecked => UNCHECKED,
         Failure::Usage => USAGE,
         Failure::Unavailable | Failure::Unsupported => UNAVAILABLE,
         Failure::Busy => busy_code,

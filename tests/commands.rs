@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::util::{REDLOCK, RedisServer, field_names, wait_until};
+use crate::util::{REDLOCK, RedisServer, Redlock, field_names, wait_until};
 
 const HOLDERS: &str = "redlock:{deploy}:holders";
 const FENCE: &str = "redlock:{deploy}:fence";
@@ -871,6 +871,68 @@ fn doctor_names_what_is_unsafe() {
     let out = replica.redlock(&["doctor"]).run();
     out.code(1);
     assert_eq!(verdict(&out, "role"), "UNSAFE");
+}
+
+/// Repro (issue 23): with the README's least-privilege user doctor could not read INFO or
+/// CONFIG, printed four `unknown` lines and exited 0 on a server with `allkeys-lru`; without a
+/// password it printed unknowns and UNSAFE; against an HTTP server it said "Broken pipe". An
+/// unknown safety subject now exits 3 and names the grant; the operator's grants see the
+/// danger (exit 1); a server that cannot be asked fails as any command does (77, 69).
+#[test]
+fn doctor_never_passes_blind() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let add_user = |name: &str, rules: &str| {
+        let mut args = vec!["ACL", "SETUSER", name, "on", ">pw"];
+        args.extend(rules.split_whitespace());
+        server.cmd::<()>(&args);
+        format!("redis://{name}:pw@127.0.0.1:{}", server.port)
+    };
+    let minimal = add_user("locker", crate::bad_input::MINIMAL_ACL);
+    let out = server
+        .redlock(&["doctor"])
+        .env("REDLOCK_URL", &minimal)
+        .run();
+    out.code(3).stdout_contains("grant +info +config|get");
+    assert_eq!(out.stdout.matches("unknown ").count(), 4, "{}", out.stdout);
+    let operator = add_user(
+        "operator",
+        &format!("{} +info +config|get", crate::bad_input::MINIMAL_ACL),
+    );
+    let out = server
+        .redlock(&["doctor"])
+        .env("REDLOCK_URL", &operator)
+        .run();
+    out.code(1)
+        .stdout_contains("UNSAFE   memory       maxmemory 100.00M with allkeys-lru");
+    if out.stdout.contains("unknown") {
+        out.fail("the operator's grants should see every subject");
+    }
+
+    let protected = RedisServer::start_with(&["--requirepass", "pw"]);
+    Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &protected.url())
+        .run()
+        .code(77)
+        .one_line_error("authentication required");
+
+    // Something that is not Redis: an HTTP server answering and closing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut request = [0_u8; 512];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\n<html>no</html>\n");
+        }
+    });
+    Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &format!("redis://127.0.0.1:{port}"))
+        .run()
+        .code(69)
+        .one_line_error("not a Redis server");
+    http.join().unwrap();
 }
 
 /// No locks: stdout stays empty (scripts count lines), and a person at a terminal is told.

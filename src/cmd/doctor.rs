@@ -14,49 +14,50 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
         Store::One(target) => vec![target],
         Store::Quorum(quorum) => quorum.targets().collect(),
     };
-    let mut unsafe_found = false;
+    let mut findings = Vec::new();
     for target in &targets {
         if targets.len() > 1 && !args.json {
             print_line(format_args!("master {}:", target.redacted()))?;
         }
-        unsafe_found |= examine(context, args, target, targets.len() > 1)?;
+        findings.extend(examine(context, args, target, targets.len() > 1)?);
     }
-    Ok(if unsafe_found {
+    let found = |verdict: Verdict, subjects: &[&str]| {
+        findings.iter().any(|finding| {
+            finding.verdict == verdict && (subjects.is_empty() || subjects.contains(&finding.check))
+        })
+    };
+    Ok(if found(Verdict::Unsafe, &[]) {
         Done::Reported(Failure::Unsafe)
+    } else if found(Verdict::Unknown, &doctor::SAFETY_SUBJECTS) {
+        Done::Reported(Failure::Unchecked)
     } else {
         Done::Success
     })
 }
 
-/// Prints what one server does to the safety of locks; whether anything is unsafe.
+/// Prints what one server does to the safety of locks, and returns the findings.
 /// `quorum`: `target` is one of a quorum's masters.
 fn examine(
     context: &Context,
     args: &DoctorArgs,
     target: &Target,
     quorum: bool,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Vec<doctor::Finding>> {
     let mut session = context.connect_to(target)?;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
-    let findings = doctor::examine(&mut session, &lock, quorum);
+    let findings = doctor::examine(&mut session, &lock, quorum)?;
     if args.json {
         print_line(serde_json::to_string_pretty(&findings)?)?;
     } else {
         for finding in &findings {
-            let verdict = match finding.verdict {
-                Verdict::Ok => "ok",
-                Verdict::Warn => "warning",
-                Verdict::Unsafe => "UNSAFE",
-                Verdict::Unknown => "unknown",
-            };
             print_line(format_args!(
-                "{verdict:<8} {:<12} {}",
-                finding.check, finding.detail
+                "{:<8} {:<12} {}",
+                finding.verdict.word(),
+                finding.check,
+                finding.detail
             ))?;
         }
     }
-    Ok(findings
-        .iter()
-        .any(|finding| finding.verdict == Verdict::Unsafe))
+    Ok(findings)
 }
