@@ -6,7 +6,7 @@
 //! the clock drift) bounds what a holder may believe; and a second round writes the fence back
 //! to a majority, so that fences only grow (`lua/raise.lua`, README "Fences over a quorum").
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::BootInstant;
@@ -81,6 +81,9 @@ pub(crate) const MIN_MASTERS: usize = 3;
 
 /// A request is bounded by the command timeout, and by a tenth of the lease: a slow master
 /// must not eat the validity of an acquisition the others granted.
+/// Once a majority has answered, how long the other masters' replies are still waited for.
+const STRAGGLER_GRACE: Duration = Duration::from_millis(250);
+
 fn per_master_limit(request_timeout: Duration, ttl: Duration) -> Duration {
     request_timeout.min(ttl / 10).max(Duration::from_millis(10))
 }
@@ -162,6 +165,64 @@ impl Quorum {
         self.fan_out_where(limit, |_, session| request(session), |_| true)
             .into_iter()
             .flatten()
+            .collect()
+    }
+
+    /// Runs `request` on every master at once, each within `limit` to connect and `limit` for
+    /// the request, and returns once every master has answered or failed, or a majority has
+    /// answered and the rest did not within [`STRAGGLER_GRACE`]. A master still in flight then
+    /// is counted as failed ("no answer yet"); its thread goes on without us and ends within
+    /// its own bounds (or with the process).
+    fn fan_out_to_majority<T: Send + 'static>(
+        self: &Arc<Self>,
+        limit: Duration,
+        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
+    ) -> Vec<anyhow::Result<T>> {
+        let request = Arc::new(request);
+        let (sender, replies) = std::sync::mpsc::channel();
+        let mut results: Vec<Option<anyhow::Result<T>>> =
+            (0..self.masters.len()).map(|_| None).collect();
+        for index in 0..self.masters.len() {
+            let (quorum, request, sender) =
+                (Arc::clone(self), Arc::clone(&request), sender.clone());
+            let spawned = std::thread::Builder::new()
+                .name("redis".into())
+                .spawn(move || {
+                    let result = quorum.masters[index].call(limit, |session| request(session));
+                    let _ = sender.send((index, result));
+                });
+            if let Err(err) = spawned {
+                results[index] = Some(Err(fail(
+                    Failure::System,
+                    format!("starting a thread for a master: {err}"),
+                )));
+            }
+        }
+        drop(sender);
+        let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
+        let answered = |results: &[Option<anyhow::Result<T>>]| {
+            results.iter().filter(|r| matches!(r, Some(Ok(_)))).count()
+        };
+        while results.iter().any(Option::is_none) {
+            if answered(&results) >= self.majority() {
+                // The rest get a moment (a healthy master answers in it, and its part of the
+                // lock goes too), not the whole limit.
+                deadline = deadline.min(BootInstant::now() + STRAGGLER_GRACE);
+            }
+            match replies.recv_timeout(deadline.remaining()) {
+                Ok((index, result)) => results[index] = Some(result),
+                Err(_) => break,
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(index, result)| {
+                result.unwrap_or_else(|| {
+                    Err(fail(Failure::Unavailable, "no answer yet"))
+                        .with_context_of(&self.masters[index].target)
+                })
+            })
             .collect()
     }
 
@@ -382,17 +443,20 @@ impl Quorum {
         }
     }
 
-    /// Releases the hold of `token` on every master, within `limit` each.
+    /// Releases the hold of `token` on every master, within `limit` each, and returns once a
+    /// majority has answered: a master that hangs keeps its part until its lease ends (or
+    /// runs the release when it comes back), a minority nobody can assemble a majority with.
     pub(crate) fn release(
-        &self,
+        self: &Arc<Self>,
         lock: &Lock,
         token: &crate::lock::Token,
         min_hold: Duration,
         ending: &Ending,
         limit: Duration,
     ) -> anyhow::Result<Release> {
-        let replies = self.fan_out(limit, |session| {
-            lock.release(session, token, min_hold, ending)
+        let (lock, token, ending) = (lock.clone(), token.clone(), *ending);
+        let replies = self.fan_out_to_majority(limit, move |session| {
+            lock.release(session, &token, min_hold, &ending)
         });
         let answered: Vec<Release> = replies
             .iter()

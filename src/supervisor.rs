@@ -53,6 +53,12 @@ const SURVIVAL_LIMIT: Duration = Duration::from_secs(5);
 /// end: Redis was probably unreachable a moment ago, and redlock must end promptly.
 const HASTY_RELEASE: Duration = Duration::from_millis(500);
 
+/// The longest the final release may take after the command ended (README: redlock ends
+/// within a second of the command whatever state Redis is in). Waiting longer buys nothing: a
+/// release sent to a slow server still runs when the server gets to it, after redlock has
+/// gone; one that never runs leaves the lock to expire with its lease.
+const FINAL_RELEASE: Duration = Duration::from_secs(1);
+
 /// Runs `job` under the lock just `held`; releases the lock after the command's group is gone
 /// and returns how the run ended.
 pub(crate) fn supervise(
@@ -646,7 +652,7 @@ impl Supervisor<'_> {
         let bound = if self.signalled {
             HASTY_RELEASE
         } else {
-            self.job.plan.request_timeout.max(Duration::from_secs(1)) * 2
+            FINAL_RELEASE
         };
         match ending.release(session, self.job.min_hold, bound, Some(status)) {
             Ok(Release::NotHeld) => {
@@ -657,7 +663,7 @@ impl Supervisor<'_> {
             }
             Ok(_) => {}
             Err(err) => self.log.warn(format_args!(
-                "could not release lock '{key}' ({err:#}); it expires by itself"
+                "could not release lock '{key}' ({err:#}); a release that reached the server runs when the server gets to it, else the lock expires with its lease"
             )),
         }
         if self.timed_out {

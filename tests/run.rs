@@ -958,3 +958,39 @@ fn a_signal_reaches_a_stopped_command() {
     assert!(dir.path().join("got").exists());
     assert!(lock_is_free(&server));
 }
+
+/// Repro (issue 28): with Redis stopped after the command ended, `run` took 10.0 s to exit with
+/// the default `--ttl 30s` (3.3 s with `--ttl 10s`), while the README promises a second. The
+/// final release now waits at most a second; the release it sent still runs once the server
+/// continues, so the lock does not sit until its lease ends.
+#[test]
+fn a_hung_redis_delays_the_exit_after_the_command_by_a_second_at_most() {
+    let server = RedisServer::start();
+    // The release goes out as EVALSHA: with the script cached (any earlier run), the server
+    // runs it when it continues, though redlock is gone by then.
+    server
+        .redlock(&["run", "--key", "k", "--", "true"])
+        .run()
+        .code(0);
+    let pid = server.pid().to_string();
+    let out = server
+        .redlock(&["run", "--key", "k", "--", "kill", "-STOP", &pid])
+        .run();
+    crate::util::send_signal(server.pid(), "CONT");
+    out.code(0).stderr_contains("could not release lock 'k'");
+    if out.elapsed > Duration::from_millis(2_500) {
+        out.fail("the exit should come within about a second of the command");
+    }
+    let freed = wait_until(Duration::from_secs(5), || {
+        server
+            .redlock(&["inspect", "--key", "k", "-q"])
+            .run()
+            .status
+            .code()
+            == Some(1)
+    });
+    assert!(
+        freed,
+        "the release sent before the server stopped never ran"
+    );
+}
