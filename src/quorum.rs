@@ -182,7 +182,7 @@ impl Quorum {
         let (sender, replies) = std::sync::mpsc::channel();
         let mut results: Vec<Option<anyhow::Result<T>>> =
             (0..self.masters.len()).map(|_| None).collect();
-        for index in 0..self.masters.len() {
+        for (index, result) in results.iter_mut().enumerate() {
             let (quorum, request, sender) =
                 (Arc::clone(self), Arc::clone(&request), sender.clone());
             let spawned = std::thread::Builder::new()
@@ -192,7 +192,7 @@ impl Quorum {
                     let _ = sender.send((index, result));
                 });
             if let Err(err) = spawned {
-                results[index] = Some(Err(fail(
+                *result = Some(Err(fail(
                     Failure::System,
                     format!("starting a thread for a master: {err}"),
                 )));
