@@ -162,6 +162,29 @@ pub(crate) fn printable(text: &str) -> String {
         .collect()
 }
 
+/// Longest text shown for one field, in characters. What redlock writes fits (hosts, users and
+/// commands are cut at 256 bytes when written, notes refused past 500); anything longer was
+/// written by someone else, and is cut rather than drown the output (or overflow a column).
+pub(crate) const MAX_SHOWN: usize = 512;
+
+/// `text` cut to [`MAX_SHOWN`] characters, with an ellipsis where it was cut.
+pub(crate) fn cut_shown(text: &str) -> String {
+    match text.char_indices().nth(MAX_SHOWN) {
+        None => text.to_owned(),
+        Some(_) => {
+            let mut cut: String = text.chars().take(MAX_SHOWN - 1).collect();
+            cut.push('…');
+            cut
+        }
+    }
+}
+
+/// A field read from Redis (host, user, command, note), as text output shows it: printable,
+/// and cut to [`MAX_SHOWN`] characters.
+pub(crate) fn shown(text: &str) -> String {
+    cut_shown(&printable(text))
+}
+
 /// `text`, printable, in quotes that do not nest: single quotes, or double quotes (with `"`
 /// escaped) when it contains a single quote, as a command like `sh -c 'make'` does.
 pub(crate) fn quoted(text: &str) -> String {

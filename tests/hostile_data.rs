@@ -338,3 +338,110 @@ fn records_a_script_could_not_use_are_refused_before_any_write() {
         server.cmd::<()>(&["DEL", HOLDERS, LEASES]);
     }
 }
+
+/// A user name of 70,000 characters (from $USER) made the table formatter panic (exit 70) in
+/// list, inspect and history, for everyone, until the entry aged out. It is now cut when
+/// written; a longer field written by someone else is cut when shown.
+#[test]
+fn a_field_wider_than_a_column_is_cut_not_fatal() {
+    let server = RedisServer::start();
+    let long = "u".repeat(70_000);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "60s"])
+        .env("USER", &long)
+        .run()
+        .code(0);
+    let records: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+    let record: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
+    assert_eq!(
+        record["user"].as_str().unwrap().len(),
+        256,
+        "cut when written"
+    );
+    // What an older version wrote, or anyone by hand: 70,000 characters in the history.
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(1)).unwrap();
+    entry["host"] = serde_json::json!(long);
+    server.cmd::<()>(&["ZADD", HISTORY, "1", &entry.to_string()]);
+    for args in [
+        &["list"][..],
+        &["inspect", "--key", "job"],
+        &["history", "--key", "job"],
+    ] {
+        let out = server.redlock(args).run();
+        out.code(0).stderr_empty();
+        let widest = out.stdout.lines().map(|line| line.chars().count()).max();
+        assert!(
+            widest < Some(2000),
+            "{args:?}: a line of {widest:?} characters"
+        );
+    }
+    server
+        .redlock(&["history", "--key", "job"])
+        .run()
+        .stdout_contains(&format!("{}…", "u".repeat(511)));
+}
+
+/// A record that passes the scripts' checks but that this version cannot read (`"pid": -1`)
+/// is left out with one warning naming its key, never exit 70: list, inspect, history, a
+/// busy acquire and a forced release go on as if it were absent (or name nobody).
+#[test]
+fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let token = format!("{:032x}", 7);
+    let mut record: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    record["pid"] = serde_json::json!(-1);
+    server.cmd::<()>(&["HSET", HOLDERS, &token, &record.to_string()]);
+    server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(7)).unwrap();
+    entry["pid"] = serde_json::json!(-1);
+    fill_history(&server, HISTORY, 2);
+    server.cmd::<()>(&["ZADD", HISTORY, "7", &entry.to_string()]);
+    // One warning per record left out, naming its key: the holder, and the history entry
+    // that inspect shows as the last run.
+    let warned = |out: &crate::util::Output, keys: &[&str]| {
+        let warnings: Vec<&str> = out.stderr.lines().collect();
+        let named = |key: &&str| {
+            warnings
+                .iter()
+                .any(|line| line.starts_with("redlock: warning: ") && line.contains(key))
+        };
+        assert!(
+            warnings.len() == keys.len() && keys.iter().all(named),
+            "one warning naming each of {keys:?}: {:?}",
+            out.stderr
+        );
+    };
+    let both = [HOLDERS, HISTORY];
+    let out = server.redlock(&["list", "--json"]).run();
+    out.code(0);
+    warned(&out, &both);
+    assert_eq!(out.json()[0]["holders"], serde_json::json!([]));
+    let out = server.redlock(&["list"]).run();
+    out.code(0);
+    warned(&out, &both);
+    let out = server.redlock(&["inspect", "--key", "job"]).run();
+    out.code(0).stdout_contains("job: held");
+    warned(&out, &both);
+    let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
+    out.code(0);
+    warned(&out, &both);
+    assert_eq!(out.json()["state"], "held");
+    let out = server.redlock(&["history", "--key", "job", "--json"]).run();
+    out.code(0);
+    warned(&out, &[HISTORY]);
+    assert_eq!(out.json().as_array().unwrap().len(), 2);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s"])
+        .run()
+        .code(75)
+        .one_line_error("busy");
+    let out = server
+        .redlock(&["release", "--key", "job", "--force"])
+        .run();
+    out.code(0);
+    warned(&out, &[HOLDERS]);
+    let left: i64 = server.cmd(&["EXISTS", HOLDERS]);
+    assert_eq!(left, 0, "the unreadable holder was evicted too");
+}

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::history::{RunView, last_run_line};
-use super::{Context, elapsed, print_line, printable, rfc3339, table};
+use super::{Context, elapsed, print_line, printable, rfc3339, shown, table, warn_unreadable};
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
@@ -136,6 +136,7 @@ pub(super) fn mode_summary(state: &LockState) -> String {
         ),
         (Some("shared"), _) => format!("shared by {}", state.holder_count),
         (Some(mode), _) => mode.to_owned(),
+        (None, _) if state.holder_count > 0 => format!("by {}", state.holder_count),
         (None, _) => "free".to_owned(),
     }
 }
@@ -155,12 +156,7 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
         holder.fence.to_string(),
-        holder
-            .who
-            .note
-            .as_deref()
-            .map(printable)
-            .unwrap_or_default(),
+        holder.who.note.as_deref().map(shown).unwrap_or_default(),
     ]);
     cells
 }
@@ -168,10 +164,10 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
 /// Table cells for host, pid, user and command.
 fn who_cells(who: &Identity) -> [String; 4] {
     [
-        printable(&who.host),
+        shown(&who.host),
         who.pid.to_string(),
-        printable(&who.user),
-        printable(&who.command),
+        shown(&who.user),
+        shown(&who.command),
     ]
 }
 
@@ -184,8 +180,9 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
     let lock = context.lock(name);
     let state = match &context.store {
         Store::One(target) => lock.inspect(&mut context.connect_to(target)?)?,
-        Store::Quorum(quorum) => return inspect_quorum(quorum, &lock, args),
+        Store::Quorum(quorum) => return inspect_quorum(context, quorum, &lock, args),
     };
+    warn_unreadable(context, &state.unreadable);
     if args.json {
         print_line(serde_json::to_string_pretty(&LockView::new(&state))?)?;
     } else {
@@ -222,8 +219,16 @@ struct QuorumView<'a> {
 }
 
 /// `inspect` in quorum mode: each master's view and the majority's verdict.
-fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::Result<Done> {
+fn inspect_quorum(
+    context: &Context,
+    quorum: &Quorum,
+    lock: &Lock,
+    args: &InspectArgs,
+) -> anyhow::Result<Done> {
     let views = quorum.inspect(lock);
+    for state in views.iter().flatten() {
+        warn_unreadable(context, &state.unreadable);
+    }
     let shown = quorum.shown();
     let majority = quorum.majority();
     let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
@@ -338,14 +343,17 @@ fn show(state: &LockState) -> anyhow::Result<()> {
         let last_fence = state
             .last_fence
             .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
-        match state.holders.first() {
-            None => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
-            Some(_) => {
+        // (Holders whose records cannot be read are counted, not listed.)
+        match state.holder_count {
+            0 => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
+            _ => {
                 print_line(format_args!(
                     "{key}: held ({}), last fence: {last_fence}",
                     mode_summary(state)
                 ))?;
-                print_line(holders_table(state))?;
+                if !state.holders.is_empty() {
+                    print_line(holders_table(state))?;
+                }
                 if state.holder_count > state.holders.len() {
                     print_line(format_args!(
                         "... and {} more holders",
@@ -376,12 +384,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 cells.extend([
                     rfc3339(waiter.since),
                     duration::display(elapsed(waiter.since, state.now)),
-                    waiter
-                        .who
-                        .note
-                        .as_deref()
-                        .map(printable)
-                        .unwrap_or_default(),
+                    waiter.who.note.as_deref().map(shown).unwrap_or_default(),
                 ]);
                 cells
             }));

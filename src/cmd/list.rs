@@ -1,7 +1,7 @@
 //! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
 
 use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
-use super::{Context, print_line, printable, table};
+use super::{Context, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
 use crate::lock::LockState;
@@ -46,6 +46,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             ));
         }
         for state in listing.locks {
+            warn_unreadable(context, &state.unreadable);
             let held = usize::from(state.holder_count > 0);
             match locks.iter_mut().find(|(seen, _)| seen.name == state.name) {
                 Some((_, count)) => *count += held,
