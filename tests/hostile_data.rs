@@ -445,3 +445,129 @@ fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
     let left: i64 = server.cmd(&["EXISTS", HOLDERS]);
     assert_eq!(left, 0, "the unreadable holder was evicted too");
 }
+
+/// What a forged record carries to clear an operator's screen and retitle the terminal (OSC
+/// 0), then a bidirectional override that would show text in another order.
+const HOSTILE: &str = "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{202e}exe.txt\u{2066}";
+
+/// Whether `text` holds anything that drives a terminal: ESC, BEL, or a bidi override.
+fn drives_a_terminal(text: &str) -> bool {
+    text.chars().any(|c| {
+        matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    })
+}
+
+/// Terminal escapes in any string read from Redis (a holder's mode, host, user, command and
+/// note, a waiter's mode, a history entry's outcome, the last run's) or from a server (an
+/// error reply) reach the terminal escaped, in text and in JSON (still valid JSON).
+#[test]
+fn strings_from_redis_or_a_server_cannot_drive_the_terminal() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let until = (now + 60_000).to_string();
+    let token = format!("{:032x}", 7);
+    let mut holder: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    for field in ["host", "user", "cmd", "note"] {
+        holder[field] = serde_json::json!(format!("{field}{HOSTILE}"));
+    }
+    holder["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["HSET", HOLDERS, &token, &holder.to_string()]);
+    server.cmd::<()>(&["ZADD", LEASES, &until, &token]);
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(6)).unwrap();
+    entry["outcome"] = serde_json::json!(format!("released{HOSTILE}"));
+    entry["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["ZADD", HISTORY, "6", &entry.to_string()]);
+    let check = |args: &[&str]| {
+        let out = server.redlock(args).run();
+        assert!(
+            out.status
+                .code()
+                .is_some_and(|code| code == 0 || code == 75),
+            "{args:?}: {:?}",
+            out.status
+        );
+        assert!(
+            !drives_a_terminal(&out.stdout),
+            "{args:?} stdout: {:?}",
+            out.stdout
+        );
+        assert!(
+            !drives_a_terminal(&out.stderr),
+            "{args:?} stderr: {:?}",
+            out.stderr
+        );
+        assert!(
+            out.stdout.contains("PWNED") || out.stderr.contains("PWNED"),
+            "{args:?}: the data is shown, escaped: {} {}",
+            out.stdout,
+            out.stderr
+        );
+        if args.contains(&"--json") {
+            assert!(out.stdout.contains(r"\u202e"), "{args:?}: {}", out.stdout);
+            out.json();
+        }
+    };
+    // The busy message names the forged holder (on its own it is admitted by nobody).
+    check(&["acquire", "--key", "job", "--ttl", "10s"]);
+    check(&[
+        "acquire",
+        "--key",
+        "job",
+        "--ttl",
+        "10s",
+        "--log-format",
+        "json",
+    ]);
+    // A forged waiter too, for the readers.
+    let mut waiter: serde_json::Value =
+        serde_json::from_str(&queue_entry(1, now + 60_000)).unwrap();
+    waiter["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);
+    server.cmd::<()>(&["HSET", WAITERS, "0000000000000001", &waiter.to_string()]);
+    for key in [HOLDERS, LEASES, QUEUE, WAITERS, HISTORY] {
+        server.cmd::<()>(&["PEXPIREAT", key, &until]);
+    }
+    for args in [
+        &["list"][..],
+        &["inspect", "--key", "job"],
+        &["history", "--key", "job"],
+        &["list", "--json"],
+        &["inspect", "--key", "job", "--json"],
+        &["history", "--key", "job", "--json"],
+    ] {
+        check(args);
+    }
+
+    // A server whose error replies carry the same: one escaped line.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", fake.local_addr().unwrap());
+    let replier = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        if let Ok((mut con, _)) = fake.accept() {
+            let _ = con.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut request = [0u8; 4096];
+            while matches!(con.read(&mut request), Ok(n) if n > 0) {
+                let reply = format!("-ERR {HOSTILE}\r\n");
+                if con.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let out = Redlock::new(&["inspect", "--key", "job"])
+        .env("REDLOCK_URL", &url)
+        .run();
+    assert!(
+        out.status.code() != Some(70),
+        "{:?}: {}",
+        out.status,
+        out.stderr
+    );
+    out.one_line_error("PWNED");
+    assert!(!drives_a_terminal(&out.stderr), "stderr: {:?}", out.stderr);
+    drop(out);
+    let _ = replier.join();
+}

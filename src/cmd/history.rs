@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use super::{
-    Context, elapsed, lock_name, print_line, printable, rfc3339, shown, table, warn_unreadable,
+    Context, elapsed, lock_name, print_json, print_line, printable, rfc3339, shown, table,
+    warn_unreadable,
 };
 use crate::cli::HistoryArgs;
 use crate::duration;
@@ -71,7 +72,7 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
         shown(&entry.who.host),
         entry.who.pid,
         shown(&entry.who.command),
-        entry.status(now),
+        shown(entry.status(now)),
         duration::display(elapsed(end, now)),
         duration::display(elapsed(entry.since, end)),
     );
@@ -93,7 +94,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
     entries.reverse();
     if args.json {
         let views: Vec<RunView<'_>> = entries.iter().map(|e| RunView::new(e, now)).collect();
-        print_line(serde_json::to_string_pretty(&views)?)?;
+        print_json(&serde_json::to_string_pretty(&views)?)?;
     } else if !entries.is_empty() {
         let mut rows = vec![
             [
@@ -109,7 +110,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
                 entry.fence.to_string(),
                 rfc3339(entry.since),
                 duration::display(elapsed(entry.since, end)),
-                entry.status(now).to_owned(),
+                shown(entry.status(now)),
                 how_it_ended(entry),
                 printable(&entry.who.host),
                 entry.who.pid.to_string(),

@@ -4,7 +4,9 @@
 use serde::Serialize;
 
 use super::history::{RunView, last_run_line};
-use super::{Context, elapsed, print_line, printable, rfc3339, shown, table, warn_unreadable};
+use super::{
+    Context, elapsed, print_json, print_line, printable, rfc3339, shown, table, warn_unreadable,
+};
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
@@ -135,7 +137,7 @@ pub(super) fn mode_summary(state: &LockState) -> String {
             state.holder_count, first.limit
         ),
         (Some("shared"), _) => format!("shared by {}", state.holder_count),
-        (Some(mode), _) => mode.to_owned(),
+        (Some(mode), _) => shown(mode),
         (None, _) if state.holder_count > 0 => format!("by {}", state.holder_count),
         (None, _) => "free".to_owned(),
     }
@@ -145,9 +147,9 @@ pub(super) fn mode_summary(state: &LockState) -> String {
 /// fence, note.
 pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     let mode = if holder.count > 1 {
-        format!("{} ×{}", holder.mode, holder.count)
+        format!("{} ×{}", shown(&holder.mode), holder.count)
     } else {
-        holder.mode.clone()
+        shown(&holder.mode)
     };
     let mut cells = vec![mode];
     cells.extend(who_cells(&holder.who));
@@ -184,7 +186,7 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
     };
     warn_unreadable(context, &state.unreadable);
     if args.json {
-        print_line(serde_json::to_string_pretty(&LockView::new(&state))?)?;
+        print_json(&serde_json::to_string_pretty(&LockView::new(&state))?)?;
     } else {
         show(&state)?;
     }
@@ -265,7 +267,7 @@ fn inspect_quorum(
                 error: view.as_ref().err().map(|err| format!("{err:#}")),
             })
             .collect();
-        print_line(serde_json::to_string_pretty(&QuorumView {
+        print_json(&serde_json::to_string_pretty(&QuorumView {
             key: lock.name.as_str(),
             verdict,
             fence: held_fence,
@@ -379,7 +381,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 .to_vec(),
             ];
             rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
-                let mut cells = vec![(index + 1).to_string(), waiter.mode.clone()];
+                let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
                 cells.extend(who_cells(&waiter.who));
                 cells.extend([
                     rfc3339(waiter.since),

@@ -1,7 +1,7 @@
 //! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
 
 use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
-use super::{Context, print_line, printable, table, warn_unreadable};
+use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
 use crate::lock::LockState;
@@ -73,7 +73,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
                 masters: of,
             })
             .collect();
-        print_line(serde_json::to_string_pretty(&views)?)?;
+        print_json(&serde_json::to_string_pretty(&views)?)?;
         return Ok(Done::Success);
     }
     let locks: Vec<(LockState, usize)> = locks;

@@ -317,9 +317,23 @@ fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
     Ok(password)
 }
 
-/// Writes `text` and a newline to stdout, reporting a closed pipe as an error (exit 74)
+/// Writes `text` and a newline to stdout, each of its lines printable (whatever field data from
+/// Redis came in, it cannot drive the terminal), reporting a closed pipe as an error (exit 74)
 /// instead of panicking.
 fn print_line(text: impl Display) -> anyhow::Result<()> {
+    let text = text.to_string();
+    let lines: Vec<String> = text.split('\n').map(printable).collect();
+    write_stdout(&lines.join("\n"))
+}
+
+/// Writes JSON text and a newline to stdout, with bidirectional overrides escaped (serde_json
+/// escapes control characters, not those).
+fn print_json(json: &str) -> anyhow::Result<()> {
+    write_stdout(&crate::log::json_text(json))
+}
+
+/// Writes `text` and a newline to stdout as it is.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())
