@@ -2,7 +2,9 @@
 //! with records that are well-formed or only look so. Every script that reads a capped key is
 //! run over ten times its cap; each must answer with a documented exit code (never 70), leave
 //! every key it wrote with an expiry (the fence counter aside), and refuse a record it could
-//! not process before its first write, so that nothing is left half-changed.
+//! not process before its first write, so that nothing is left half-changed. The readers
+//! (list, inspect, history) cut fields too long to show, skip records they cannot read with a
+//! warning, and let no string from Redis or a server drive the terminal.
 
 use crate::util::{RedisServer, Redlock};
 
