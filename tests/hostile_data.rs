@@ -421,10 +421,10 @@ fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
     warned(&out, &both);
     assert_eq!(out.json()[0]["holders"], serde_json::json!([]));
     let out = server.redlock(&["list"]).run();
-    out.code(0);
+    out.code(0).stdout_contains("\njob  unreadable  1");
     warned(&out, &both);
     let out = server.redlock(&["inspect", "--key", "job"]).run();
-    out.code(0).stdout_contains("job: held");
+    out.code(0).stdout_contains("job: held (unreadable)");
     warned(&out, &both);
     let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
     out.code(0);

@@ -138,7 +138,7 @@ pub(super) fn mode_summary(state: &LockState) -> String {
         ),
         (Some("shared"), _) => format!("shared by {}", state.holder_count),
         (Some(mode), _) => shown(mode),
-        (None, _) if state.holder_count > 0 => format!("by {}", state.holder_count),
+        (None, _) if state.holder_count > 0 => "unreadable".to_owned(),
         (None, _) => "free".to_owned(),
     }
 }
@@ -356,7 +356,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 if !state.holders.is_empty() {
                     print_line(holders_table(state))?;
                 }
-                if state.holder_count > state.holders.len() {
+                if state.holder_count > state.holders.len() && !state.holders.is_empty() {
                     print_line(format_args!(
                         "... and {} more holders",
                         state.holder_count - state.holders.len()

@@ -100,9 +100,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
     for (state, held_on) in &locks {
-        let Some(first) = state.holders.first() else {
+        if state.holder_count == 0 {
             continue;
-        };
+        }
         let mut row = vec![
             printable(state.name.as_str()),
             mode_summary(state),
@@ -112,7 +112,11 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         if let Some(of) = of {
             row.insert(1, format!("{held_on}/{of}"));
         }
-        row.extend(holder_cells(first, state.now).into_iter().skip(1));
+        // Holders whose records cannot be read are counted, their cells left empty.
+        match state.holders.first() {
+            Some(first) => row.extend(holder_cells(first, state.now).into_iter().skip(1)),
+            None => row.extend(HOLDER_HEADER[1..].iter().map(|_| String::new())),
+        }
         rows.push(row);
     }
     print_line(table(&rows))?;
