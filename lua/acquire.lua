@@ -37,7 +37,7 @@ if refused then return refused end
 if mine and mine.over then mine = nil end
 if waiter ~= '' then
   local json = redis.call('HGET', key.waiters, waiter)
-  entry = decode(json)
+  entry = decode_entry(json)
   if json and not entry then return foreign(key.waiters, 'holds a field') end
 end
 local queued = entry ~= nil and entry.exp > now

@@ -10,7 +10,8 @@ refused, count = read(key.history, 'ZCARD', key.history)
 if refused then return refused end
 local reply = {server_now()}
 if count == 0 then return reply end
-for _, json in ipairs(redis.call('ZRANGE', key.history, 0, -1)) do
+-- The newest HISTORY_CAP: more are there only while an excess added by hand is trimmed.
+for _, json in ipairs(redis.call('ZRANGE', key.history, -HISTORY_CAP, -1)) do
   if not decode(json) then return foreign(key.history, 'holds a member') end
   reply[#reply + 1] = json
 end

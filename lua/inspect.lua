@@ -33,7 +33,7 @@ while #waiter_json < max_waiters and from < lock.length and from < max_waiters +
   if not ids[1] then break end
   local values = redis.call('HMGET', key.waiters, unpack(ids))
   for i = 1, #ids do
-    local entry = decode(values[i])
+    local entry = decode_entry(values[i])
     if values[i] and not entry then return foreign(key.waiters, 'holds a field') end
     if entry and entry.exp > now and #waiter_json < max_waiters then
       entry.tok = nil
@@ -42,10 +42,11 @@ while #waiter_json < max_waiters and from < lock.length and from < max_waiters +
   end
   from = from + #ids
 end
--- The history holds at most HISTORY_CAP entries: read from the newest until one is over.
+-- The history holds at most HISTORY_CAP entries (more only while an excess added by hand is
+-- trimmed): read the newest HISTORY_CAP, from the newest until one is over.
 local last_run = false
 if lock.history_count > 0 then
-  local entries = redis.call('ZRANGE', key.history, 0, -1)
+  local entries = redis.call('ZRANGE', key.history, -HISTORY_CAP, -1)
   for i = #entries, 1, -1 do
     local entry = decode(entries[i])
     if not entry then return foreign(key.history, 'holds a member') end

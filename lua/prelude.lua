@@ -26,6 +26,9 @@ local QUEUE_SLACK_MS = 1000
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change.
 local HISTORY_CAP = 100
+-- History entries trimmed per call at most (settle), well above what one call adds (its own
+-- hold and MAX_GRANTS hand-offs).
+local HISTORY_TRIM = 1000
 local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
 
 -- redlock needs Redis 6.0 or later (README, "Supported servers"). Older servers are refused
@@ -82,11 +85,52 @@ local function server_now()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Decodes a holder record or queue entry; nil when it is not one redlock wrote.
+-- The type of each field of the records redlock writes (holder records, queue entries,
+-- history entries). The scripts do arithmetic on these, compare them, pass them to Redis and
+-- encode them again, after their first write: a record whose fields would make one of those
+-- calls fail must be refused before it.
+local FIELD_TYPES = {
+  exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
+  pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
+  mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
+  outcome = 'string', over = 'boolean',
+}
+
+-- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
+-- cannot encode infinity or NaN, which it decodes), never a nested table.
+local function flat_value(name, value)
+  local kind = type(value)
+  if kind == 'number' and (value ~= value or value == math.huge or value == -math.huge) then
+    return false
+  end
+  if name == 'fence' then
+    -- A string of digits (see int()); older records hold a number.
+    return kind == 'number' or (kind == 'string' and string.match(value, '^%d+$') ~= nil)
+  end
+  local wanted = FIELD_TYPES[name]
+  if wanted then return kind == wanted end
+  return kind == 'string' or kind == 'number' or kind == 'boolean'
+end
+
+-- Decodes a holder record, queue entry or history entry; nil when it is not one redlock
+-- wrote: not a flat JSON object, a field of another type, or no mode, since or exp (or no
+-- limit for a semaphore).
 local function decode(json)
   if type(json) ~= 'string' then return nil end
   local ok, record = pcall(cjson.decode, json)
-  if ok and type(record) == 'table' and type(record.exp) == 'number' then return record end
+  if not ok or type(record) ~= 'table' then return nil end
+  for name, value in pairs(record) do
+    if type(name) ~= 'string' or not flat_value(name, value) then return nil end
+  end
+  if not (record.mode and record.since and record.exp) then return nil end
+  if record.mode == 'semaphore' and not record.limit then return nil end
+  return record
+end
+
+-- Decodes a queue entry: a record with the token its waiter will hold.
+local function decode_entry(json)
+  local entry = decode(json)
+  if entry and entry.tok then return entry end
   return nil
 end
 
@@ -196,7 +240,7 @@ local function reconcile_queue(lock)
   for _, id in ipairs(redis.call('ZRANGE', key.queue, 0, -1)) do placed[id] = true end
   local fields = redis.call('HGETALL', key.waiters)
   for i = 1, #fields, 2 do
-    if not decode(fields[i + 1]) then return foreign(key.waiters, 'holds a field') end
+    if not decode_entry(fields[i + 1]) then return foreign(key.waiters, 'holds a field') end
     if not placed[fields[i]] then orphans[#orphans + 1] = fields[i] end
   end
   lock.orphans = orphans
@@ -418,7 +462,7 @@ local function peek_head(lock)
     lock.budget = lock.budget - #ids
     local values = redis.call('HMGET', key.waiters, unpack(ids))
     for i, id in ipairs(ids) do
-      local entry = decode(values[i])
+      local entry = decode_entry(values[i])
       if values[i] and not entry then return foreign(key.waiters, 'holds a field'), nil end
       if entry and entry.exp > lock.now then
         lock.head = {id, entry}
@@ -541,10 +585,13 @@ end
 local function settle(lock)
   local key = lock.key
   if lock.history_written then
-    local over = lock.history_count - HISTORY_CAP
+    -- At most HISTORY_TRIM per call (unpack takes a few thousand values at most, and a call's
+    -- work stays bounded): redlock adds fewer per call, so only an excess added by hand
+    -- outlives a call, and the next calls remove the rest.
+    local over = math.min(lock.history_count - HISTORY_CAP, HISTORY_TRIM)
     if over > 0 then
       redis.call('ZREM', key.history, unpack(redis.call('ZRANGE', key.history, 0, over - 1)))
-      lock.history_count = HISTORY_CAP
+      lock.history_count = lock.history_count - over
     end
     redis.call('PEXPIRE', key.history, HISTORY_TTL_MS)
   end

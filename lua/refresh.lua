@@ -9,7 +9,7 @@ local lock = {key = key, now = server_now()}
 local json, rank
 refused, json = read(key.waiters, 'HGET', key.waiters, arg.waiter)
 if refused then return refused end
-local entry = decode(json)
+local entry = decode_entry(json)
 if json and not entry then return foreign(key.waiters, 'holds a field') end
 if entry == nil or entry.exp <= lock.now then return {0, lock.now} end
 refused, rank = read(key.queue, 'ZRANK', key.queue, arg.waiter)

@@ -65,8 +65,10 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Longest command recorded; longer ones are cut at a character boundary.
-    const MAX_COMMAND: usize = 256;
+    /// Longest host, user and command recorded, in bytes (lua/README.md, "Holders"); longer
+    /// ones are cut at a character boundary. They come from the environment, which anyone
+    /// sharing the lock can fill, and every reader of the lock shows them.
+    pub const MAX_FIELD: usize = 256;
 
     /// This process, described by `command`.
     pub fn current(command: &str) -> Self {
@@ -74,23 +76,23 @@ impl Identity {
             .ok()
             .and_then(|name| name.into_string().ok())
             .unwrap_or_else(|| "unknown".into());
-        let user = user_name();
-        let mut command = command.to_owned();
-        if command.len() > Self::MAX_COMMAND {
-            let mut cut = Self::MAX_COMMAND;
-            while !command.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            command.truncate(cut);
-        }
         Self {
-            host,
+            host: cut(&host, Self::MAX_FIELD),
             pid: std::process::id(),
-            user,
-            command,
+            user: cut(&user_name(), Self::MAX_FIELD),
+            command: cut(command, Self::MAX_FIELD),
             note: None,
         }
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 /// The user's name as login, su, sudo and cron set it ($USER, else $LOGNAME), else looked up
@@ -248,19 +250,56 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
     serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
 }
 
-/// A reply that is the server's time followed by JSON records (`force` release, `history`).
+/// A record the scripts accepted that this version cannot read (a pid of -1, a number past
+/// its field's range): left out of what is shown, and named, so the reader can say so. Data
+/// in Redis is never a reason to fail.
+#[derive(Debug, Clone)]
+pub struct Unreadable {
+    /// The Redis key it is in.
+    pub key: String,
+    /// `a holder record`, `a queue entry` or `a history entry`.
+    pub what: &'static str,
+    /// Why it cannot be read (the field and what is wrong with it).
+    pub why: String,
+}
+
+/// Decodes the records in `key`; those that do not decode are noted in `unreadable`.
+fn decode_each<T: serde::de::DeserializeOwned>(
+    records: &[String],
+    key: &str,
+    what: &'static str,
+    unreadable: &mut Vec<Unreadable>,
+) -> Vec<T> {
+    records
+        .iter()
+        .filter_map(|json| match serde_json::from_str(json) {
+            Ok(record) => Some(record),
+            Err(err) => {
+                unreadable.push(Unreadable {
+                    key: key.to_owned(),
+                    what,
+                    why: err.to_string(),
+                });
+                None
+            }
+        })
+        .collect()
+}
+
+/// A reply that is the server's time followed by JSON records (`force` release, `history`),
+/// the records of `key` that do not decode left out and noted.
 fn time_and_records<T: serde::de::DeserializeOwned>(
     reply: &[String],
     script: &str,
-) -> anyhow::Result<(u64, Vec<T>)> {
+    key: &str,
+    what: &'static str,
+) -> anyhow::Result<(u64, Vec<T>, Vec<Unreadable>)> {
     let (now, records) = reply
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("empty reply from {script}"))?;
-    let records = records
-        .iter()
-        .map(|json| decode(json))
-        .collect::<anyhow::Result<_>>()?;
-    Ok((now.parse()?, records))
+    let mut unreadable = Vec::new();
+    let records = decode_each(records, key, what, &mut unreadable);
+    Ok((now.parse()?, records, unreadable))
 }
 
 /// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
@@ -435,6 +474,8 @@ pub struct LockState {
     pub queue_length: usize,
     /// The latest hold that is over (ended, or expired), from the history.
     pub last_run: Option<HistoryEntry>,
+    /// Records left out because they cannot be read.
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// A waiter's place after [`Lock::refresh`].
@@ -601,7 +642,9 @@ impl Lock {
                 let now = redis::from_redis_value(next())?;
                 let holder: Option<String> = redis::from_redis_value(next())?;
                 Ok(Acquisition::Busy {
-                    holder: holder.as_deref().map(decode).transpose()?,
+                    // A record this version cannot read names nobody; the lock is busy all
+                    // the same.
+                    holder: holder.as_deref().and_then(|json| decode(json).ok()),
                     now,
                     position: redis::from_redis_value(next())?,
                     length: redis::from_redis_value(next())?,
@@ -769,8 +812,12 @@ impl Lock {
         )
     }
 
-    /// Removes every holder; returns the server time and the holders evicted.
-    pub fn force_release(&self, session: &mut Session) -> anyhow::Result<(u64, Vec<Holder>)> {
+    /// Removes every holder; returns the server time, the holders evicted, and the records of
+    /// evicted holders that cannot be read.
+    pub fn force_release(
+        &self,
+        session: &mut Session,
+    ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>)> {
         let reply: Vec<String> = redis::from_redis_value(self.release_script(
             session,
             "force",
@@ -779,7 +826,7 @@ impl Lock {
             "",
             &Ending::default(),
         )?)?;
-        time_and_records(&reply, "release")
+        time_and_records(&reply, "release", &self.keys.holders, "a holder record")
     }
 
     fn release_script(
@@ -859,15 +906,18 @@ impl Lock {
                 },
             )
         })?;
-        let mut holders = holders
-            .iter()
-            .map(|json| decode::<Holder>(json))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut unreadable = Vec::new();
+        let mut holders: Vec<Holder> =
+            decode_each(&holders, &keys.holders, "a holder record", &mut unreadable);
         holders.sort_by_key(|holder| (holder.since, holder.fence));
-        let waiters = waiters
-            .iter()
-            .map(|json| decode(json))
-            .collect::<anyhow::Result<_>>()?;
+        let waiters = decode_each(&waiters, &keys.waiters, "a queue entry", &mut unreadable);
+        let last_run = decode_each(
+            &Vec::from_iter(last_run),
+            &keys.history,
+            "a history entry",
+            &mut unreadable,
+        )
+        .pop();
         Ok(LockState {
             name: self.name.clone(),
             now,
@@ -876,12 +926,17 @@ impl Lock {
             holder_count,
             waiters,
             queue_length,
-            last_run: last_run.map(|json| decode(&json)).transpose()?,
+            last_run,
+            unreadable,
         })
     }
 
-    /// The lock's history, oldest hold first, and the server's time of the reading.
-    pub fn history(&self, session: &mut Session) -> anyhow::Result<(u64, Vec<HistoryEntry>)> {
+    /// The lock's history, oldest hold first, the server's time of the reading, and the entries
+    /// that cannot be read.
+    pub fn history(
+        &self,
+        session: &mut Session,
+    ) -> anyhow::Result<(u64, Vec<HistoryEntry>, Vec<Unreadable>)> {
         let reply: Vec<String> = session.run(|con| {
             scripts::HISTORY.call(
                 con,
@@ -890,7 +945,7 @@ impl Lock {
                 },
             )
         })?;
-        time_and_records(&reply, "history")
+        time_and_records(&reply, "history", &self.keys.history, "a history entry")
     }
 }
 

@@ -115,11 +115,11 @@ fn emit(level: Level, message: &str, exit: Option<u8>) {
         if let Some(exit) = exit {
             record["exit"] = serde_json::Value::from(exit);
         }
-        format!("{record}\n")
+        format!("{}\n", json_text(&record.to_string()))
     } else if let Level::Warning = level {
-        format!("redlock: warning: {message}\n")
+        format!("redlock: warning: {}\n", printable(message))
     } else {
-        format!("redlock: {message}\n")
+        format!("redlock: {}\n", printable(message))
     };
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
@@ -130,7 +130,7 @@ pub(crate) fn redraw(text: &str) {
     let line = if text.is_empty() {
         "\r\x1b[K".to_owned()
     } else {
-        format!("\r\x1b[Kredlock: {text}")
+        format!("\r\x1b[Kredlock: {}", printable(text))
     };
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
@@ -148,18 +148,68 @@ pub(crate) fn terminal_width() -> Option<usize> {
     (asked == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
-/// `text` with control characters (ESC, CR, ...) replaced by escapes, so that data read from
-/// Redis cannot drive the terminal.
+/// Whether `c` overrides or isolates the direction of the text around it (U+202A-U+202E,
+/// U+2066-U+2069): shown raw, it makes a terminal display text in another order than it is
+/// (a command that reads as harmless, say).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with control characters (ESC, CR, BEL, ...) and bidirectional overrides replaced by
+/// escapes (`\u{1b}`, `\r`, `\u{202e}`), so that data read from Redis or a server cannot
+/// drive the terminal nor disguise itself. Every line redlock writes as text passes through
+/// it (print_line, the lines on stderr); the fields read from Redis pass through it first
+/// too, so that their quoting and cutting count what is shown. Escaping twice changes nothing.
 pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_control() {
                 c.escape_debug().to_string()
+            } else if is_bidi_control(c) {
+                c.escape_unicode().to_string()
             } else {
                 c.to_string()
             }
         })
         .collect()
+}
+
+/// JSON text with bidirectional overrides written as JSON escapes (`\u202e`): still the same
+/// JSON (they can only stand in strings), but inert on a terminal. serde_json already escapes
+/// control characters.
+pub(crate) fn json_text(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if is_bidi_control(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Longest text shown for one field, in characters. What redlock writes fits (hosts, users and
+/// commands are cut at 256 bytes when written, notes refused past 500); anything longer was
+/// written by someone else, and is cut rather than drown the output (or overflow a column).
+pub(crate) const MAX_SHOWN: usize = 512;
+
+/// `text` cut to [`MAX_SHOWN`] characters, with an ellipsis where it was cut.
+pub(crate) fn cut_shown(text: &str) -> String {
+    match text.char_indices().nth(MAX_SHOWN) {
+        None => text.to_owned(),
+        Some(_) => {
+            let mut cut: String = text.chars().take(MAX_SHOWN - 1).collect();
+            cut.push('…');
+            cut
+        }
+    }
+}
+
+/// A field read from Redis (host, user, command, note), as text output shows it: printable,
+/// and cut to [`MAX_SHOWN`] characters.
+pub(crate) fn shown(text: &str) -> String {
+    cut_shown(&printable(text))
 }
 
 /// `text`, printable, in quotes that do not nest: single quotes, or double quotes (with `"`
@@ -175,7 +225,7 @@ pub(crate) fn quoted(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{printable, quoted};
+    use super::{json_text, printable, quoted};
 
     #[test]
     fn quotes_do_not_nest() {
@@ -188,5 +238,17 @@ mod tests {
     fn control_characters_are_escaped() {
         assert_eq!(printable("a\u{1b}[2Jb\r\n"), "a\\u{1b}[2Jb\\r\\n");
         assert_eq!(printable("deploy ünïcode"), "deploy ünïcode");
+    }
+
+    #[test]
+    fn bidirectional_overrides_are_escaped_once() {
+        let text = "ls \u{202e}txt.exe\u{2066}x\u{2069}\u{7}";
+        let shown = printable(text);
+        assert_eq!(shown, "ls \\u{202e}txt.exe\\u{2066}x\\u{2069}\\u{7}");
+        assert_eq!(printable(&shown), shown);
+        let json = serde_json::to_string(text).unwrap();
+        let escaped = json_text(&json);
+        assert_eq!(escaped, r#""ls \u202etxt.exe\u2066x\u2069\u0007""#);
+        assert_eq!(serde_json::from_str::<String>(&escaped).unwrap(), text);
     }
 }

@@ -13,7 +13,8 @@ use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail, failure_of};
 use crate::lock::{
-    Acquisition, Ending, Holder, Lease, Lock, LockState, Queueing, Release, Request, Waiter,
+    Acquisition, Ending, Holder, Lease, Lock, LockState, Queueing, Release, Request, Unreadable,
+    Waiter,
 };
 
 /// One master, and the connection kept to it between requests.
@@ -492,7 +493,11 @@ impl Quorum {
 
     /// Removes every holder on every master; the holders evicted (each once) and a master's
     /// time. Fails when fewer than a majority answered (the lock may still be held).
-    pub(crate) fn force_release(&self, lock: &Lock) -> anyhow::Result<(u64, Vec<Holder>, String)> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn force_release(
+        &self,
+        lock: &Lock,
+    ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>, String)> {
         let replies = self.fan_out(self.request_timeout, |session| lock.force_release(session));
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if answered < self.majority() {
@@ -500,8 +505,10 @@ impl Quorum {
         }
         let mut now = 0;
         let mut evicted: Vec<Holder> = Vec::new();
-        for (at, holders) in replies.iter().filter_map(|r| r.as_ref().ok()) {
+        let mut unreadable = Vec::new();
+        for (at, holders, skipped) in replies.iter().filter_map(|r| r.as_ref().ok()) {
             now = now.max(*at);
+            unreadable.extend(skipped.iter().cloned());
             for holder in holders {
                 let seen = evicted.iter().any(|other| {
                     other.fence == holder.fence
@@ -513,7 +520,7 @@ impl Quorum {
                 }
             }
         }
-        Ok((now, evicted, Self::failures(&replies)))
+        Ok((now, evicted, unreadable, Self::failures(&replies)))
     }
 
     /// Each master's view of the lock, in the masters' order.

@@ -33,7 +33,7 @@ use crate::lock::{
     Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Refreshed,
     Replicas, Request, Token, Waiter, Wake,
 };
-use crate::log::{Log, printable};
+use crate::log::{Log, printable, shown};
 use crate::schedule::Confirmed;
 use crate::signals::{self, Signals};
 
@@ -817,14 +817,14 @@ impl<'a> Status<'a> {
                 let held = Duration::from_millis(place.now.saturating_sub(holder.since))
                     + now.since(place.received);
                 let note = match &holder.who.note {
-                    Some(note) => format!("; {}", printable(note)),
+                    Some(note) => format!("; {}", shown(note)),
                     None => String::new(),
                 };
                 format!(
                     "held by {} pid {} ({}{note}) for {}",
-                    printable(&holder.who.host),
+                    shown(&holder.who.host),
                     holder.who.pid,
-                    printable(&holder.who.command),
+                    shown(&holder.who.command),
                     duration::display(held)
                 )
             }

@@ -10,6 +10,7 @@ mod contention;
 mod docs;
 mod faults;
 mod history;
+mod hostile_data;
 mod modes;
 mod process;
 mod quorum;

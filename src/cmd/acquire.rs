@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, ask, busy, keep_alive, lock_name, print_line};
+use super::{Context, ask, busy, keep_alive, lock_name, print_json, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
@@ -89,8 +89,13 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     } else {
         lease.token.as_str().to_owned()
     };
+    let printed = if args.json {
+        print_json(&output)
+    } else {
+        print_line(output)
+    };
     // A token nobody can read is a lock nobody can release: give it back.
-    if let Err(err) = print_line(output) {
+    if let Err(err) = printed {
         give_back(context, &lock, session, &lease.token)?;
         return Err(err.context(format!("lock '{key}' released again")));
     }

@@ -1,7 +1,7 @@
 //! `redlock doctor`: what the Redis server does to the safety of redlock's locks, one line per
 //! subject (or a JSON array), exit 1 when anything is unsafe.
 
-use super::{Context, lock_name, print_line};
+use super::{Context, lock_name, print_json, print_line};
 use crate::cli::DoctorArgs;
 use crate::conn::Target;
 use crate::doctor::{self, Verdict};
@@ -48,7 +48,7 @@ fn examine(
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
     let findings = doctor::examine(&mut session, &lock, quorum)?;
     if args.json {
-        print_line(serde_json::to_string_pretty(&findings)?)?;
+        print_json(&serde_json::to_string_pretty(&findings)?)?;
     } else {
         for finding in &findings {
             print_line(format_args!(

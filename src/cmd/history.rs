@@ -3,7 +3,10 @@
 
 use serde::Serialize;
 
-use super::{Context, elapsed, lock_name, print_line, printable, rfc3339, table};
+use super::{
+    Context, elapsed, lock_name, print_json, print_line, printable, rfc3339, shown, table,
+    warn_unreadable,
+};
 use crate::cli::HistoryArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
@@ -66,10 +69,10 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
     let mut line = format!(
         "last run: fence {}, {} pid {} ({}), {} {} ago after {}",
         entry.fence,
-        printable(&entry.who.host),
+        shown(&entry.who.host),
         entry.who.pid,
-        printable(&entry.who.command),
-        entry.status(now),
+        shown(&entry.who.command),
+        shown(entry.status(now)),
         duration::display(elapsed(end, now)),
         duration::display(elapsed(entry.since, end)),
     );
@@ -77,7 +80,7 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
         line.push_str(&format!(", {}", how_it_ended(entry)));
     }
     if let Some(note) = &entry.who.note {
-        line.push_str(&format!("; note: {}", printable(note)));
+        line.push_str(&format!("; note: {}", shown(note)));
     }
     line
 }
@@ -86,11 +89,12 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
     let name = lock_name(&args.key)?;
     let mut session = context.connect_to(context.target("history")?)?;
     let lock = Lock::new(&context.prefix, name);
-    let (now, mut entries) = lock.history(&mut session)?;
+    let (now, mut entries, unreadable) = lock.history(&mut session)?;
+    warn_unreadable(context, &unreadable);
     entries.reverse();
     if args.json {
         let views: Vec<RunView<'_>> = entries.iter().map(|e| RunView::new(e, now)).collect();
-        print_line(serde_json::to_string_pretty(&views)?)?;
+        print_json(&serde_json::to_string_pretty(&views)?)?;
     } else if !entries.is_empty() {
         let mut rows = vec![
             [
@@ -106,7 +110,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
                 entry.fence.to_string(),
                 rfc3339(entry.since),
                 duration::display(elapsed(entry.since, end)),
-                entry.status(now).to_owned(),
+                shown(entry.status(now)),
                 how_it_ended(entry),
                 printable(&entry.who.host),
                 entry.who.pid.to_string(),

@@ -4,7 +4,9 @@
 use serde::Serialize;
 
 use super::history::{RunView, last_run_line};
-use super::{Context, elapsed, print_line, printable, rfc3339, table};
+use super::{
+    Context, elapsed, print_json, print_line, printable, rfc3339, shown, table, warn_unreadable,
+};
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
@@ -135,7 +137,8 @@ pub(super) fn mode_summary(state: &LockState) -> String {
             state.holder_count, first.limit
         ),
         (Some("shared"), _) => format!("shared by {}", state.holder_count),
-        (Some(mode), _) => mode.to_owned(),
+        (Some(mode), _) => shown(mode),
+        (None, _) if state.holder_count > 0 => "unreadable".to_owned(),
         (None, _) => "free".to_owned(),
     }
 }
@@ -144,9 +147,9 @@ pub(super) fn mode_summary(state: &LockState) -> String {
 /// fence, note.
 pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     let mode = if holder.count > 1 {
-        format!("{} ×{}", holder.mode, holder.count)
+        format!("{} ×{}", shown(&holder.mode), holder.count)
     } else {
-        holder.mode.clone()
+        shown(&holder.mode)
     };
     let mut cells = vec![mode];
     cells.extend(who_cells(&holder.who));
@@ -155,12 +158,7 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
         holder.fence.to_string(),
-        holder
-            .who
-            .note
-            .as_deref()
-            .map(printable)
-            .unwrap_or_default(),
+        holder.who.note.as_deref().map(shown).unwrap_or_default(),
     ]);
     cells
 }
@@ -168,10 +166,10 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
 /// Table cells for host, pid, user and command.
 fn who_cells(who: &Identity) -> [String; 4] {
     [
-        printable(&who.host),
+        shown(&who.host),
         who.pid.to_string(),
-        printable(&who.user),
-        printable(&who.command),
+        shown(&who.user),
+        shown(&who.command),
     ]
 }
 
@@ -184,10 +182,11 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
     let lock = context.lock(name);
     let state = match &context.store {
         Store::One(target) => lock.inspect(&mut context.connect_to(target)?)?,
-        Store::Quorum(quorum) => return inspect_quorum(quorum, &lock, args),
+        Store::Quorum(quorum) => return inspect_quorum(context, quorum, &lock, args),
     };
+    warn_unreadable(context, &state.unreadable);
     if args.json {
-        print_line(serde_json::to_string_pretty(&LockView::new(&state))?)?;
+        print_json(&serde_json::to_string_pretty(&LockView::new(&state))?)?;
     } else {
         show(&state)?;
     }
@@ -222,8 +221,16 @@ struct QuorumView<'a> {
 }
 
 /// `inspect` in quorum mode: each master's view and the majority's verdict.
-fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::Result<Done> {
+fn inspect_quorum(
+    context: &Context,
+    quorum: &Quorum,
+    lock: &Lock,
+    args: &InspectArgs,
+) -> anyhow::Result<Done> {
     let views = quorum.inspect(lock);
+    for state in views.iter().flatten() {
+        warn_unreadable(context, &state.unreadable);
+    }
     let shown = quorum.shown();
     let majority = quorum.majority();
     let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
@@ -260,7 +267,7 @@ fn inspect_quorum(quorum: &Quorum, lock: &Lock, args: &InspectArgs) -> anyhow::R
                 error: view.as_ref().err().map(|err| format!("{err:#}")),
             })
             .collect();
-        print_line(serde_json::to_string_pretty(&QuorumView {
+        print_json(&serde_json::to_string_pretty(&QuorumView {
             key: lock.name.as_str(),
             verdict,
             fence: held_fence,
@@ -338,15 +345,18 @@ fn show(state: &LockState) -> anyhow::Result<()> {
         let last_fence = state
             .last_fence
             .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
-        match state.holders.first() {
-            None => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
-            Some(_) => {
+        // (Holders whose records cannot be read are counted, not listed.)
+        match state.holder_count {
+            0 => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
+            _ => {
                 print_line(format_args!(
                     "{key}: held ({}), last fence: {last_fence}",
                     mode_summary(state)
                 ))?;
-                print_line(holders_table(state))?;
-                if state.holder_count > state.holders.len() {
+                if !state.holders.is_empty() {
+                    print_line(holders_table(state))?;
+                }
+                if state.holder_count > state.holders.len() && !state.holders.is_empty() {
                     print_line(format_args!(
                         "... and {} more holders",
                         state.holder_count - state.holders.len()
@@ -371,17 +381,12 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 .to_vec(),
             ];
             rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
-                let mut cells = vec![(index + 1).to_string(), waiter.mode.clone()];
+                let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
                 cells.extend(who_cells(&waiter.who));
                 cells.extend([
                     rfc3339(waiter.since),
                     duration::display(elapsed(waiter.since, state.now)),
-                    waiter
-                        .who
-                        .note
-                        .as_deref()
-                        .map(printable)
-                        .unwrap_or_default(),
+                    waiter.who.note.as_deref().map(shown).unwrap_or_default(),
                 ]);
                 cells
             }));

@@ -1,7 +1,7 @@
 //! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
 
 use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
-use super::{Context, print_line, printable, table};
+use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
 use crate::lock::LockState;
@@ -46,6 +46,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             ));
         }
         for state in listing.locks {
+            warn_unreadable(context, &state.unreadable);
             let held = usize::from(state.holder_count > 0);
             match locks.iter_mut().find(|(seen, _)| seen.name == state.name) {
                 Some((_, count)) => *count += held,
@@ -72,7 +73,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
                 masters: of,
             })
             .collect();
-        print_line(serde_json::to_string_pretty(&views)?)?;
+        print_json(&serde_json::to_string_pretty(&views)?)?;
         return Ok(Done::Success);
     }
     let locks: Vec<(LockState, usize)> = locks;
@@ -99,9 +100,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
     for (state, held_on) in &locks {
-        let Some(first) = state.holders.first() else {
+        if state.holder_count == 0 {
             continue;
-        };
+        }
         let mut row = vec![
             printable(state.name.as_str()),
             mode_summary(state),
@@ -111,7 +112,11 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         if let Some(of) = of {
             row.insert(1, format!("{held_on}/{of}"));
         }
-        row.extend(holder_cells(first, state.now).into_iter().skip(1));
+        // Holders whose records cannot be read are counted, their cells left empty.
+        match state.holders.first() {
+            Some(first) => row.extend(holder_cells(first, state.now).into_iter().skip(1)),
+            None => row.extend(HOLDER_HEADER[1..].iter().map(|_| String::new())),
+        }
         rows.push(row);
     }
     print_line(table(&rows))?;

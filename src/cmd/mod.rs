@@ -27,8 +27,8 @@ use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
 use crate::exit::{Done, Failure, Hint, fail};
 use crate::keys::{LockName, Prefix};
-use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token};
-use crate::log::{Log, printable, quoted};
+use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token, Unreadable};
+use crate::log::{Log, cut_shown, printable, quoted, shown};
 use crate::quorum::Quorum;
 use crate::signals::Inherited;
 use crate::signals::Signals;
@@ -355,9 +355,23 @@ fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
     Ok(password)
 }
 
-/// Writes `text` and a newline to stdout, reporting a closed pipe as an error (exit 74)
+/// Writes `text` and a newline to stdout, each of its lines printable (whatever field data from
+/// Redis came in, it cannot drive the terminal), reporting a closed pipe as an error (exit 74)
 /// instead of panicking.
 fn print_line(text: impl Display) -> anyhow::Result<()> {
+    let text = text.to_string();
+    let lines: Vec<String> = text.split('\n').map(printable).collect();
+    write_stdout(&lines.join("\n"))
+}
+
+/// Writes JSON text and a newline to stdout, with bidirectional overrides escaped (serde_json
+/// escapes control characters, not those).
+fn print_json(json: &str) -> anyhow::Result<()> {
+    write_stdout(&crate::log::json_text(json))
+}
+
+/// Writes `text` and a newline to stdout as it is.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())
@@ -496,23 +510,41 @@ fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Err
 /// One line naming a holder, for busy notices and force-release audits.
 fn describe(holder: &Holder, now: u64) -> String {
     let note = match &holder.who.note {
-        Some(note) => format!(" note {}", quoted(note)),
+        Some(note) => format!(" note {}", quoted(&shown(note))),
         None => String::new(),
     };
     format!(
         "{} pid {} user {} command {}{note} fence {}, held for {}, expires in {}",
-        printable(&holder.who.host),
+        shown(&holder.who.host),
         holder.who.pid,
-        printable(&holder.who.user),
-        quoted(&holder.who.command),
+        shown(&holder.who.user),
+        quoted(&shown(&holder.who.command)),
         holder.fence,
         duration::display(elapsed(holder.since, now)),
         duration::display(elapsed(now, holder.exp)),
     )
 }
 
-/// Formats rows as left-aligned columns two spaces apart.
+/// Warns, once per record, of records left out because they cannot be read: the data is
+/// someone else's doing, never a reason to fail.
+fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
+    for record in unreadable {
+        context.log.warn(format_args!(
+            "skipping {} in {} that redlock cannot read ({})",
+            record.what,
+            shown(&record.key),
+            shown(&record.why)
+        ));
+    }
+}
+
+/// Formats rows as left-aligned columns two spaces apart; a cell longer than
+/// [`crate::log::MAX_SHOWN`] characters is cut.
 fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| cut_shown(cell)).collect())
+        .collect();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -524,13 +556,14 @@ fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
-            if c + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
+            line.push_str(cell);
+            if c + 1 < row.len() {
+                // Padded by hand: a formatting width past 65,535 panics.
+                let pad = widths[c] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
             }
         }
         out.push_str(line.trim_end());

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Context, describe, lock_name, print_line};
+use super::{Context, describe, lock_name, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Release};
@@ -13,19 +13,20 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {
-        let (now, evicted) = match &context.store {
+        let (now, evicted, unreadable) = match &context.store {
             Store::One(target) => lock.force_release(&mut context.connect_to(target)?)?,
             Store::Quorum(quorum) => {
-                let (now, evicted, failures) = quorum.force_release(&lock)?;
+                let (now, evicted, unreadable, failures) = quorum.force_release(&lock)?;
                 if !failures.is_empty() {
                     context.log.warn(format_args!(
                         "not every master answered ({failures}); what they hold expires with its lease, and a majority no longer has it"
                     ));
                 }
-                (now, evicted)
+                (now, evicted, unreadable)
             }
         };
-        if evicted.is_empty() {
+        warn_unreadable(context, &unreadable);
+        if evicted.is_empty() && unreadable.is_empty() {
             return Err(fail(
                 Failure::NotHeld,
                 format!("lock '{key}' was free; nothing to release"),

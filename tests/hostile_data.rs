@@ -1,0 +1,575 @@
+//! Hostile data in Redis (issue 27): keys that another user of the server filled by hand,
+//! with records that are well-formed or only look so. Every script that reads a capped key is
+//! run over ten times its cap; each must answer with a documented exit code (never 70), leave
+//! every key it wrote with an expiry (the fence counter aside), and refuse a record it could
+//! not process before its first write, so that nothing is left half-changed. The readers
+//! (list, inspect, history) cut fields too long to show, skip records they cannot read with a
+//! warning, and let no string from Redis or a server drive the terminal.
+
+use crate::util::{RedisServer, Redlock};
+
+const HOLDERS: &str = "redlock:{job}:holders";
+const LEASES: &str = "redlock:{job}:leases";
+const QUEUE: &str = "redlock:{job}:queue";
+const WAITERS: &str = "redlock:{job}:waiters";
+const HISTORY: &str = "redlock:{job}:history";
+
+/// One command with many arguments (one round trip, however long).
+fn cmd_many(server: &RedisServer, head: &[&str], rest: &[String]) {
+    let mut args: Vec<&str> = head.to_vec();
+    args.extend(rest.iter().map(String::as_str));
+    server.cmd::<redis::Value>(&args);
+}
+
+/// A finished hold's history entry, as redlock writes it.
+fn history_entry(fence: u64) -> String {
+    serde_json::json!({
+        "fence": fence.to_string(), "mode": "exclusive", "limit": 0, "host": "h", "pid": 1,
+        "user": "u", "cmd": "c", "since": 1, "exp": 2, "ended": 2, "outcome": "released",
+    })
+    .to_string()
+}
+
+/// Adds `count` well-formed, finished entries to the history of `key`, fences 1 to `count`.
+fn fill_history(server: &RedisServer, key: &str, count: u64) {
+    let members: Vec<String> = (1..=count)
+        .flat_map(|fence| [fence.to_string(), history_entry(fence)])
+        .collect();
+    cmd_many(server, &["ZADD", key], &members);
+}
+
+/// Asserts that every key of the lock `job` but its fence counter has an expiry.
+#[track_caller]
+fn every_key_expires(server: &RedisServer) {
+    for key in server.keys() {
+        if key.ends_with(":fence") {
+            continue;
+        }
+        let pttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!(pttl > 0, "{key} has no expiry (PTTL {pttl})");
+    }
+}
+
+fn zcard(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["ZCARD", key])
+}
+
+/// The issue's repro: 8,200 entries made `settle` unpack them all in one call, which failed
+/// after the holder was written: no token, a lock without expiry, every later acquire failing.
+#[test]
+fn a_history_filled_by_hand_neither_breaks_nor_blocks_the_lock() {
+    let server = RedisServer::start();
+    fill_history(&server, "redlock:{h}:history", 8200);
+    let out = server
+        .redlock(&["acquire", "--key", "h", "--ttl", "30s"])
+        .run();
+    out.code(0);
+    assert_eq!(out.stdout.trim().len(), 32, "a token: {:?}", out.stdout);
+    let pttl: i64 = server.cmd(&["PTTL", "redlock:{h}:holders"]);
+    assert!(pttl > 25_000 && pttl <= 30_000, "PTTL {pttl}");
+    every_key_expires(&server);
+    server
+        .redlock(&["release", "--key", "h", "--force"])
+        .run()
+        .code(0);
+    // Each call trims a bounded number; successive calls bring it back to its cap.
+    let mut calls = 2;
+    while zcard(&server, "redlock:{h}:history") > 100 {
+        assert!(calls < 12, "still trimming after {calls} calls");
+        server
+            .redlock(&["acquire", "--key", "h", "--ttl", "30s"])
+            .run()
+            .code(0);
+        server
+            .redlock(&["release", "--key", "h", "--force"])
+            .run()
+            .code(0);
+        calls += 2;
+    }
+    assert_eq!(zcard(&server, "redlock:{h}:history"), 100);
+    every_key_expires(&server);
+}
+
+/// The history (cap: 100) at ten times its cap, under every script that reads or trims it.
+#[test]
+fn every_script_copes_with_a_history_ten_times_its_cap() {
+    let server = RedisServer::start();
+    let redlock = |args: &[&str]| server.redlock(args).run();
+    fill_history(&server, HISTORY, 1000);
+    // Read-only: history shows its cap, inspect the latest hold.
+    let out = redlock(&["history", "--key", "job", "--json"]);
+    out.code(0);
+    assert_eq!(out.json().as_array().unwrap().len(), 100);
+    redlock(&["inspect", "--key", "job"])
+        .code(1)
+        .stdout_contains("last run: fence 1000");
+    // acquire.lua, extend.lua, release.lua (token, then force), each over a full history.
+    let token = redlock(&["acquire", "--key", "job", "--ttl", "30s"]);
+    token.code(0);
+    let token = token.stdout.trim().to_owned();
+    every_key_expires(&server);
+    fill_history(&server, HISTORY, 1000);
+    redlock(&["extend", "--key", "job", "--token", &token, "--ttl", "40s"]).code(0);
+    every_key_expires(&server);
+    fill_history(&server, HISTORY, 1000);
+    redlock(&["release", "--key", "job", "--token", &token]).code(0);
+    every_key_expires(&server);
+    redlock(&["acquire", "--key", "job", "--ttl", "30s"]).code(0);
+    fill_history(&server, HISTORY, 1000);
+    redlock(&["release", "--key", "job", "--force"]).code(0);
+    every_key_expires(&server);
+    // run: a queued acquire, renewals and a release with its exit status.
+    fill_history(&server, HISTORY, 1000);
+    redlock(&["run", "--key", "job", "--ttl", "3s", "--", "sleep", "1.5"]).code(0);
+    every_key_expires(&server);
+    assert!(
+        zcard(&server, HISTORY) <= 101,
+        "{}",
+        zcard(&server, HISTORY)
+    );
+}
+
+/// raise.lua (quorum mode) trims the history it moves an entry in.
+#[test]
+fn raising_a_fence_copes_with_a_history_ten_times_its_cap() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for server in &servers {
+        fill_history(server, HISTORY, 1000);
+    }
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let out = Redlock::new(&["acquire", "--key", "job", "--ttl", "30s"])
+        .env("REDLOCK_URL", &urls.join(" "))
+        .run();
+    out.code(0);
+    for server in &servers {
+        every_key_expires(server);
+        assert!(zcard(server, HISTORY) <= 101, "{}", zcard(server, HISTORY));
+    }
+}
+
+/// A holder record as redlock writes it, with lease end `exp` (server ms).
+fn holder_record(mode: &str, fence: u64, since: u64, exp: u64) -> String {
+    serde_json::json!({
+        "mode": mode, "limit": 0, "count": 1, "fence": fence.to_string(), "host": "h",
+        "pid": 1, "user": "u", "cmd": "c", "since": since, "ttl": exp - since, "exp": exp,
+    })
+    .to_string()
+}
+
+/// The server's clock, in ms.
+fn server_ms(server: &RedisServer) -> u64 {
+    let time: Vec<String> = server.cmd(&["TIME"]);
+    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
+}
+
+/// Expired holders are deleted 100 per call: 1,000 of them beside one live shared holder.
+#[test]
+fn expired_holders_ten_times_the_cleanup_are_deleted_over_calls() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let (mut fields, mut members) = (Vec::new(), Vec::new());
+    for n in 0..=1000u64 {
+        let token = format!("{n:032x}");
+        // The first is live for a minute; the rest expired a second ago.
+        let exp = if n == 0 { now + 60_000 } else { now - 1000 };
+        fields.extend([
+            token.clone(),
+            holder_record("shared", n + 1, now - 5000, exp),
+        ]);
+        members.extend([exp.to_string(), token]);
+    }
+    cmd_many(&server, &["HSET", HOLDERS], &fields);
+    cmd_many(&server, &["ZADD", LEASES], &members);
+    for key in [HOLDERS, LEASES] {
+        server.cmd::<()>(&["PEXPIREAT", key, &(now + 60_000).to_string()]);
+    }
+    for call in 1..=10 {
+        server
+            .redlock(&["acquire", "--key", "job", "--shared", "--ttl", "30s"])
+            .run()
+            .code(0);
+        every_key_expires(&server);
+        // 1,001 records, the live one and the 1,000 expired; each call deletes 100 expired
+        // ones and adds its own hold.
+        let left: i64 = server.cmd(&["HLEN", HOLDERS]);
+        assert_eq!(left, 1001 - 100 * call + call, "after call {call}");
+    }
+    server
+        .redlock(&["inspect", "--key", "job"])
+        .run()
+        .code(0)
+        .stdout_contains("shared by 11");
+}
+
+/// A queue entry as redlock writes it, for waiter `n`, alive until `exp` (server ms).
+fn queue_entry(n: u64, exp: u64) -> String {
+    serde_json::json!({
+        "tok": format!("{n:032x}"), "mode": "exclusive", "limit": 0, "host": "h", "pid": 1,
+        "user": "u", "cmd": "c", "since": exp - 120_000, "exp": exp, "ttl": 30_000,
+    })
+    .to_string()
+}
+
+/// The head of the queue is looked for among 1,000 entries per call; 10,000 dead ones there
+/// take a call per 1,000 (busy meanwhile, with nobody holding), then the lock is taken.
+#[test]
+fn a_queue_of_dead_waiters_ten_times_the_scan_is_dropped_over_calls() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    for chunk in 0..10u64 {
+        let (mut places, mut entries) = (Vec::new(), Vec::new());
+        for n in chunk * 1000..(chunk + 1) * 1000 {
+            let id = format!("{n:016x}");
+            places.extend([(n + 1).to_string(), id.clone()]);
+            entries.extend([id, queue_entry(n, now - 1000)]);
+        }
+        cmd_many(&server, &["ZADD", QUEUE], &places);
+        cmd_many(&server, &["HSET", WAITERS], &entries);
+    }
+    for key in [QUEUE, WAITERS] {
+        server.cmd::<()>(&["PEXPIREAT", key, &(now + 60_000).to_string()]);
+    }
+    server
+        .redlock(&["inspect", "--key", "job"])
+        .run()
+        .code(1)
+        .stdout_contains("10000 entries in the queue");
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let out = server
+            .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+            .run();
+        every_key_expires(&server);
+        if out.status.code() == Some(0) {
+            break;
+        }
+        out.code(75);
+        assert!(calls < 11, "still busy after {calls} calls");
+    }
+    assert!(calls >= 10, "taken after {calls} calls");
+    let left: i64 = server.cmd(&["ZCARD", QUEUE]);
+    assert_eq!(left, 0);
+}
+
+/// A record that decodes but that a script could not use after its first write (a queue entry
+/// without its token, a holder with a non-numeric `since` or an infinite `limit`, a history
+/// entry with a nested value) is refused before anything changes: exit 64, Redis untouched.
+#[test]
+fn records_a_script_could_not_use_are_refused_before_any_write() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let until = (now + 60_000).to_string();
+    let dump = |server: &RedisServer| {
+        let mut state = Vec::new();
+        for key in server.keys() {
+            let dumped: Option<Vec<u8>> = server.cmd(&["DUMP", &key]);
+            state.push((key, dumped));
+        }
+        state
+    };
+    // A dead waiter at the head, then one without the token it would hold: a release's
+    // hand-off drops the first and would put the second's missing token into the holders.
+    let token = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .run();
+    token.code(0);
+    let mut headless: serde_json::Value =
+        serde_json::from_str(&queue_entry(2, now + 60_000)).unwrap();
+    headless.as_object_mut().unwrap().remove("tok");
+    server.cmd::<()>(&[
+        "ZADD",
+        QUEUE,
+        "1",
+        "0000000000000001",
+        "2",
+        "0000000000000002",
+    ]);
+    server.cmd::<()>(&[
+        "HSET",
+        WAITERS,
+        "0000000000000001",
+        &queue_entry(1, now - 1000),
+        "0000000000000002",
+        &headless.to_string(),
+    ]);
+    for key in [QUEUE, WAITERS] {
+        server.cmd::<()>(&["PEXPIREAT", key, &until]);
+    }
+    let before = dump(&server);
+    server
+        .redlock(&["release", "--key", "job", "--token", token.stdout.trim()])
+        .run()
+        .code(64)
+        .one_line_error(WAITERS);
+    assert!(before == dump(&server), "the refused release changed Redis");
+    server.cmd::<()>(&["DEL", QUEUE, WAITERS, HOLDERS, LEASES]);
+
+    // Holders whose fields a script would compute with, or encode again, after its first
+    // write: a release with a `since` that is not a number, an extend of a record holding
+    // infinity (cjson decodes it, and cannot encode it).
+    let token = format!("{:032x}", 7);
+    let since_soon = serde_json::json!({"mode": "exclusive", "fence": "7", "host": "h",
+        "pid": 1, "user": "u", "cmd": "c", "since": "soon", "ttl": 1, "exp": now + 60_000});
+    let infinite = serde_json::json!({"mode": "semaphore", "limit": f64::INFINITY,
+        "fence": "7", "host": "h", "pid": 1, "user": "u", "cmd": "c", "since": now, "ttl": 1,
+        "exp": now + 60_000});
+    for (record, command) in [
+        (
+            since_soon.to_string(),
+            vec!["release", "--key", "job", "--token", &token],
+        ),
+        (
+            // serde_json writes infinity as null: put the literal back.
+            infinite.to_string().replace("null", "1e999"),
+            vec!["extend", "--key", "job", "--token", &token, "--ttl", "10s"],
+        ),
+    ] {
+        server.cmd::<()>(&["HSET", HOLDERS, &token, &record]);
+        server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
+        let before = dump(&server);
+        server
+            .redlock(&command)
+            .run()
+            .code(64)
+            .one_line_error(HOLDERS);
+        assert!(
+            before == dump(&server),
+            "{command:?} changed Redis: {record}"
+        );
+        server.cmd::<()>(&["DEL", HOLDERS, LEASES]);
+    }
+}
+
+/// A user name of 70,000 characters (from $USER) made the table formatter panic (exit 70) in
+/// list, inspect and history, for everyone, until the entry aged out. It is now cut when
+/// written; a longer field written by someone else is cut when shown.
+#[test]
+fn a_field_wider_than_a_column_is_cut_not_fatal() {
+    let server = RedisServer::start();
+    let long = "u".repeat(70_000);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "60s"])
+        .env("USER", &long)
+        .run()
+        .code(0);
+    let records: Vec<String> = server.cmd(&["HVALS", HOLDERS]);
+    let record: serde_json::Value = serde_json::from_str(&records[0]).unwrap();
+    assert_eq!(
+        record["user"].as_str().unwrap().len(),
+        256,
+        "cut when written"
+    );
+    // What an older version wrote, or anyone by hand: 70,000 characters in the history.
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(1)).unwrap();
+    entry["host"] = serde_json::json!(long);
+    server.cmd::<()>(&["ZADD", HISTORY, "1", &entry.to_string()]);
+    for args in [
+        &["list"][..],
+        &["inspect", "--key", "job"],
+        &["history", "--key", "job"],
+    ] {
+        let out = server.redlock(args).run();
+        out.code(0).stderr_empty();
+        let widest = out.stdout.lines().map(|line| line.chars().count()).max();
+        assert!(
+            widest < Some(2000),
+            "{args:?}: a line of {widest:?} characters"
+        );
+    }
+    server
+        .redlock(&["history", "--key", "job"])
+        .run()
+        .stdout_contains(&format!("{}…", "u".repeat(511)));
+}
+
+/// A record that passes the scripts' checks but that this version cannot read (`"pid": -1`)
+/// is left out with one warning naming its key, never exit 70: list, inspect, history, a
+/// busy acquire and a forced release go on as if it were absent (or name nobody).
+#[test]
+fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let token = format!("{:032x}", 7);
+    let mut record: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    record["pid"] = serde_json::json!(-1);
+    server.cmd::<()>(&["HSET", HOLDERS, &token, &record.to_string()]);
+    server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(7)).unwrap();
+    entry["pid"] = serde_json::json!(-1);
+    fill_history(&server, HISTORY, 2);
+    server.cmd::<()>(&["ZADD", HISTORY, "7", &entry.to_string()]);
+    // One warning per record left out, naming its key: the holder, and the history entry
+    // that inspect shows as the last run.
+    let warned = |out: &crate::util::Output, keys: &[&str]| {
+        let warnings: Vec<&str> = out.stderr.lines().collect();
+        let named = |key: &&str| {
+            warnings
+                .iter()
+                .any(|line| line.starts_with("redlock: warning: ") && line.contains(key))
+        };
+        assert!(
+            warnings.len() == keys.len() && keys.iter().all(named),
+            "one warning naming each of {keys:?}: {:?}",
+            out.stderr
+        );
+    };
+    let both = [HOLDERS, HISTORY];
+    let out = server.redlock(&["list", "--json"]).run();
+    out.code(0);
+    warned(&out, &both);
+    assert_eq!(out.json()[0]["holders"], serde_json::json!([]));
+    let out = server.redlock(&["list"]).run();
+    out.code(0).stdout_contains("\njob  unreadable  1");
+    warned(&out, &both);
+    let out = server.redlock(&["inspect", "--key", "job"]).run();
+    out.code(0).stdout_contains("job: held (unreadable)");
+    warned(&out, &both);
+    let out = server.redlock(&["inspect", "--key", "job", "--json"]).run();
+    out.code(0);
+    warned(&out, &both);
+    assert_eq!(out.json()["state"], "held");
+    let out = server.redlock(&["history", "--key", "job", "--json"]).run();
+    out.code(0);
+    warned(&out, &[HISTORY]);
+    assert_eq!(out.json().as_array().unwrap().len(), 2);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s"])
+        .run()
+        .code(75)
+        .one_line_error("busy");
+    let out = server
+        .redlock(&["release", "--key", "job", "--force"])
+        .run();
+    out.code(0);
+    warned(&out, &[HOLDERS]);
+    let left: i64 = server.cmd(&["EXISTS", HOLDERS]);
+    assert_eq!(left, 0, "the unreadable holder was evicted too");
+}
+
+/// What a forged record carries to clear an operator's screen and retitle the terminal (OSC
+/// 0), then a bidirectional override that would show text in another order.
+const HOSTILE: &str = "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{202e}exe.txt\u{2066}";
+
+/// Whether `text` holds anything that drives a terminal: ESC, BEL, or a bidi override.
+fn drives_a_terminal(text: &str) -> bool {
+    text.chars().any(|c| {
+        matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    })
+}
+
+/// Terminal escapes in any string read from Redis (a holder's mode, host, user, command and
+/// note, a waiter's mode, a history entry's outcome, the last run's) or from a server (an
+/// error reply) reach the terminal escaped, in text and in JSON (still valid JSON).
+#[test]
+fn strings_from_redis_or_a_server_cannot_drive_the_terminal() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let until = (now + 60_000).to_string();
+    let token = format!("{:032x}", 7);
+    let mut holder: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    for field in ["host", "user", "cmd", "note"] {
+        holder[field] = serde_json::json!(format!("{field}{HOSTILE}"));
+    }
+    holder["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["HSET", HOLDERS, &token, &holder.to_string()]);
+    server.cmd::<()>(&["ZADD", LEASES, &until, &token]);
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(6)).unwrap();
+    entry["outcome"] = serde_json::json!(format!("released{HOSTILE}"));
+    entry["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["ZADD", HISTORY, "6", &entry.to_string()]);
+    let check = |args: &[&str]| {
+        let out = server.redlock(args).run();
+        assert!(
+            out.status
+                .code()
+                .is_some_and(|code| code == 0 || code == 75),
+            "{args:?}: {:?}",
+            out.status
+        );
+        assert!(
+            !drives_a_terminal(&out.stdout),
+            "{args:?} stdout: {:?}",
+            out.stdout
+        );
+        assert!(
+            !drives_a_terminal(&out.stderr),
+            "{args:?} stderr: {:?}",
+            out.stderr
+        );
+        assert!(
+            out.stdout.contains("PWNED") || out.stderr.contains("PWNED"),
+            "{args:?}: the data is shown, escaped: {} {}",
+            out.stdout,
+            out.stderr
+        );
+        if args.contains(&"--json") {
+            assert!(out.stdout.contains(r"\u202e"), "{args:?}: {}", out.stdout);
+            out.json();
+        }
+    };
+    // The busy message names the forged holder (on its own it is admitted by nobody).
+    check(&["acquire", "--key", "job", "--ttl", "10s"]);
+    check(&[
+        "acquire",
+        "--key",
+        "job",
+        "--ttl",
+        "10s",
+        "--log-format",
+        "json",
+    ]);
+    // A forged waiter too, for the readers.
+    let mut waiter: serde_json::Value =
+        serde_json::from_str(&queue_entry(1, now + 60_000)).unwrap();
+    waiter["mode"] = serde_json::json!(format!("{HOSTILE}exclusive"));
+    server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);
+    server.cmd::<()>(&["HSET", WAITERS, "0000000000000001", &waiter.to_string()]);
+    for key in [HOLDERS, LEASES, QUEUE, WAITERS, HISTORY] {
+        server.cmd::<()>(&["PEXPIREAT", key, &until]);
+    }
+    for args in [
+        &["list"][..],
+        &["inspect", "--key", "job"],
+        &["history", "--key", "job"],
+        &["list", "--json"],
+        &["inspect", "--key", "job", "--json"],
+        &["history", "--key", "job", "--json"],
+    ] {
+        check(args);
+    }
+
+    // A server whose error replies carry the same: one escaped line.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", fake.local_addr().unwrap());
+    let replier = std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        if let Ok((mut con, _)) = fake.accept() {
+            let _ = con.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut request = [0u8; 4096];
+            while matches!(con.read(&mut request), Ok(n) if n > 0) {
+                let reply = format!("-ERR {HOSTILE}\r\n");
+                if con.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let out = Redlock::new(&["inspect", "--key", "job"])
+        .env("REDLOCK_URL", &url)
+        .run();
+    assert!(
+        out.status.code() != Some(70),
+        "{:?}: {}",
+        out.status,
+        out.stderr
+    );
+    out.one_line_error("PWNED");
+    assert!(!drives_a_terminal(&out.stderr), "stderr: {:?}", out.stderr);
+    drop(out);
+    let _ = replier.join();
+}
