@@ -93,7 +93,7 @@ local FIELD_TYPES = {
   exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
   pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
   mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
-  outcome = 'string', over = 'boolean',
+  outcome = 'string', over = 'boolean', why = 'string',
 }
 
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
@@ -366,10 +366,12 @@ local function history_change(lock, fence, change)
 end
 
 -- The change that ends an entry (`how`: released, forced, given back), with the exit status
--- and signal the holder reported, if any.
-local function ended(now, how, exit, signal)
+-- and signal the holder reported, and why it ended ('' = not said: who forced it, a limit that
+-- stopped the command), if any.
+local function ended(now, how, exit, signal, why)
   return function(entry)
     entry.ended, entry.outcome, entry.exit, entry.signal = now, how, tonumber(exit), tonumber(signal)
+    if why ~= nil and why ~= '' then entry.why = string.sub(why, 1, 256) end
   end
 end
 

@@ -8,7 +8,8 @@
 -- keeps it until since + min_hold instead, so a late duplicate still finds it taken.
 -- Then, while the queue's head is admitted, the lock is handed to it (see the prelude).
 -- History: a hold that ends is marked released (with the `exit` status or `signal` the holder
--- reports, if any), forced, or given back. A token that holds nothing but names the `fence` it
+-- reports, and `why`: a limit that stopped the command, who forced it; if any), forced, or
+-- given back. A token that holds nothing but names the `fence` it
 -- held (a `run` whose lease was lost) marks that entry lost, unless it already ended; either
 -- way the exit status is recorded there.
 -- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, {3, holds_left}
@@ -20,7 +21,7 @@
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'op', 'token', 'min_hold_ms', 'waiter', 'grant_ms', 'wake_ttl_ms', 'mark_ttl_ms', 'held_fence',
-   'exit', 'signal', 'notify'})
+   'exit', 'signal', 'why', 'notify'})
 if refused then return refused end
 local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms), arg.waiter
 local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
@@ -40,6 +41,7 @@ if op == 'token' and mine == nil then
       if not entry.ended then entry.ended, entry.outcome = now, 'lost' end
       entry.exit = entry.exit or tonumber(arg.exit)
       entry.signal = entry.signal or tonumber(arg.signal)
+      if arg.why ~= '' and not entry.why then entry.why = string.sub(arg.why, 1, 256) end
     end)
     settle(lock)
   end
@@ -71,7 +73,7 @@ if op == 'force' then
   redis.call('DEL', key.holders, key.leases)
   lock.live, lock.exclusive, lock.first, lock.holders_changed = 0, false, nil, false
   for i = 2, #evicted do
-    history_change(lock, decode(evicted[i]).fence, ended(now, 'forced'))
+    history_change(lock, decode(evicted[i]).fence, ended(now, 'forced', '', '', arg.why))
   end
   reply = evicted
 elseif op == 'leave' then
@@ -89,12 +91,12 @@ if mine and op ~= 'force' then
     -- The hold is over; the lock stays taken until the minimum hold has passed.
     mine.exp, mine.ttl, mine.over = keep_until, keep_until - now, true
     put_holder(lock, token, mine, false)
-    history_change(lock, mine.fence, ended(now, 'released', arg.exit, arg.signal))
+    history_change(lock, mine.fence, ended(now, 'released', arg.exit, arg.signal, arg.why))
     reply = {2, keep_until - now}
   else
     remove_holder(lock, token, mine)
     local how = op == 'token' and 'released' or 'given back'
-    history_change(lock, mine.fence, ended(now, how, arg.exit, arg.signal))
+    history_change(lock, mine.fence, ended(now, how, arg.exit, arg.signal, arg.why))
   end
 end
 

@@ -517,8 +517,15 @@ pub struct ReleaseArgs {
     pub token: Option<Token>,
 
     /// Remove the lock whoever holds it, and print who that was
+    ///
+    /// The lock's history records the hold as forced, by whom (user@host) and, with --reason,
+    /// why.
     #[arg(long)]
     pub force: bool,
+
+    /// With --force: why, for the lock's history (at most 200 characters)
+    #[arg(long, value_name = "TEXT", requires = "force", value_parser = parse_reason)]
+    pub reason: Option<String>,
 
     /// Record how the work under the lock ended, for `redlock history` (e.g. `$?` in a trap)
     #[arg(long, value_name = "CODE", conflicts_with = "force", value_parser = clap::value_parser!(i32).range(0..=255))]
@@ -627,4 +634,15 @@ pub struct ManArgs {
     /// Write every page into DIR/man1 instead (e.g. /usr/local/share/man)
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub install: Option<PathBuf>,
+}
+
+/// A `--reason`: one line of at most 200 characters, for the history.
+fn parse_reason(text: &str) -> Result<String, String> {
+    if text.chars().count() > 200 {
+        return Err("at most 200 characters".into());
+    }
+    if text.chars().any(char::is_control) {
+        return Err("one line, without control characters".into());
+    }
+    Ok(text.to_owned())
 }

@@ -813,18 +813,24 @@ impl Lock {
     }
 
     /// Removes every holder; returns the server time, the holders evicted, and the records of
-    /// evicted holders that cannot be read.
+    /// evicted holders that cannot be read. `why` (who forced it, and their reason) goes into
+    /// each evicted hold's history.
     pub fn force_release(
         &self,
         session: &mut Session,
+        why: &str,
     ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>)> {
+        let ending = Ending {
+            why: Some(why.to_owned()),
+            ..Ending::default()
+        };
         let reply: Vec<String> = redis::from_redis_value(self.release_script(
             session,
             "force",
             None,
             Duration::ZERO,
             "",
-            &Ending::default(),
+            &ending,
         )?)?;
         time_and_records(&reply, "release", &self.keys.holders, "a holder record")
     }
@@ -864,6 +870,7 @@ impl Lock {
                 signal: arg(ending
                     .signal
                     .map_or(String::new(), |signal| signal.to_string())),
+                why: arg(ending.why.as_deref().unwrap_or_default()),
                 notify: arg(if self.notify {
                     keys.released_channel()
                 } else {
@@ -951,11 +958,13 @@ impl Lock {
 
 /// What a holder reports when it gives the lock up, for the history: the fence it held (so a
 /// lock it lost is marked as such), and how its command ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ending {
     pub held_fence: Option<u64>,
     pub exit: Option<i32>,
     pub signal: Option<i32>,
+    /// Why it ended, for people: a limit that stopped the command, who forced the lock.
+    pub why: Option<String>,
 }
 
 /// One hold in a lock's history. Times are the server's clock, in Unix milliseconds.
@@ -981,6 +990,9 @@ pub struct HistoryEntry {
     pub exit: Option<i32>,
     #[serde(default)]
     pub signal: Option<i32>,
+    /// Why it ended, when someone said: a limit that stopped the command, who forced it.
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 impl HistoryEntry {

@@ -455,7 +455,7 @@ impl Quorum {
         ending: &Ending,
         limit: Duration,
     ) -> anyhow::Result<Release> {
-        let (lock, token, ending) = (lock.clone(), token.clone(), *ending);
+        let (lock, token, ending) = (lock.clone(), token.clone(), ending.clone());
         let replies = self.fan_out_to_majority(limit, move |session| {
             lock.release(session, &token, min_hold, &ending)
         });
@@ -497,8 +497,11 @@ impl Quorum {
     pub(crate) fn force_release(
         &self,
         lock: &Lock,
+        why: &str,
     ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>, String)> {
-        let replies = self.fan_out(self.request_timeout, |session| lock.force_release(session));
+        let replies = self.fan_out(self.request_timeout, |session| {
+            lock.force_release(session, why)
+        });
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if answered < self.majority() {
             return Err(self.too_few(answered, &replies));

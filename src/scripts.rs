@@ -88,7 +88,7 @@ inputs! {
         keys: [holders, leases, fence, queue, waiters, wake, cancel, history],
         args: [
             op, token, min_hold_ms, waiter, grant_ms, wake_ttl_ms, mark_ttl_ms, held_fence, exit,
-            signal, notify,
+            signal, why, notify,
         ],
     }
 }

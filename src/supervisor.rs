@@ -90,7 +90,7 @@ pub(crate) fn supervise(
     };
 
     if let Some(signal) = inbox.pending_signal().filter(|s| signals::terminates(*s)) {
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None)?;
         log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
@@ -99,7 +99,7 @@ pub(crate) fn supervise(
     }
     // No spawn on a lease that is about to lapse (a slow or stalled acquisition).
     if BootInstant::now() >= window.term_at {
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None)?;
         return Err(fail(
             Failure::Unavailable,
             format!("lock '{key}' was granted too late to start the command safely; released"),
@@ -108,7 +108,7 @@ pub(crate) fn supervise(
 
     if let Err(err) = child::become_subreaper() {
         // The setting's error is the one to report; a release that fails expires anyway.
-        let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, None);
+        let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None);
         return Err(err.into());
     }
     let spec = child::Spec {
@@ -121,8 +121,12 @@ pub(crate) fn supervise(
     let child = match child::spawn(&spec) {
         Ok(child) => child,
         Err(err) => {
-            ending.release(session, Duration::ZERO, HASTY_RELEASE, None)?;
-            return Err(spawn_failure(&job.argv[0], &err));
+            // The history records the status a shell would give (127, 126).
+            let failure = spawn_failure(&job.argv[0], &err);
+            let code = i32::from(crate::exit::exit_code(&failure, crate::exit::BUSY));
+            let status = Some(ChildStatus::Exited(code));
+            ending.release(session, Duration::ZERO, HASTY_RELEASE, status, None)?;
+            return Err(failure);
         }
     };
     let started = BootInstant::now();
@@ -646,7 +650,7 @@ impl Supervisor<'_> {
         }
         if lost.is_some() {
             // Token-checked, so harmless if the lock is someone else's by now.
-            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status));
+            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status), None);
             return Ok(by_us());
         }
         let bound = if self.signalled {
@@ -654,7 +658,12 @@ impl Supervisor<'_> {
         } else {
             FINAL_RELEASE
         };
-        match ending.release(session, self.job.min_hold, bound, Some(status)) {
+        let why = self
+            .timed_out
+            .then_some(self.job.max_runtime)
+            .flatten()
+            .map(|limit| format!("stopped at --max-runtime {}", duration::display(limit)));
+        match ending.release(session, self.job.min_hold, bound, Some(status), why) {
             Ok(Release::NotHeld) => {
                 self.log.notice(format_args!(
                     "lock '{key}' was no longer held when the command ended (expired or taken)"
@@ -702,6 +711,7 @@ impl FinalRelease<'_> {
         min_hold: Duration,
         bound: Duration,
         status: Option<ChildStatus>,
+        why: Option<String>,
     ) -> anyhow::Result<Release> {
         let deadline = BootInstant::now() + bound;
         // For the history: the fence held (a lost lock is marked as such), how the command ended.
@@ -715,6 +725,7 @@ impl FinalRelease<'_> {
                 Some(ChildStatus::Signaled(signal)) => Some(signal),
                 _ => None,
             },
+            why,
         };
         let (lock, store, token) = (self.lock.clone(), self.store.clone(), self.token.clone());
         let log = self.log;

@@ -302,8 +302,8 @@ fn readme_recipes_work() {
 
     // A critical section whose job fails: the script stops there with its status (it does not
     // go on to extend), the trap still releases the lock, and the history records the status.
-    let section = readme_block("**A critical section in a script**")
-        .replace("./deploy.sh", "sh -c 'exit 3'");
+    let section =
+        readme_block("**A critical section in a script**").replace("./deploy.sh", "sh -c 'exit 3'");
     let out = run(&section);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_eq!(
@@ -316,7 +316,10 @@ fn readme_recipes_work() {
         history.len() == 1 && history[0].contains("\"exit\":3"),
         "the history should record exit 3: {history:?}"
     );
-    assert!(!section.contains("--token"), "a token on a command line is public");
+    assert!(
+        !section.contains("--token"),
+        "a token on a command line is public"
+    );
 
     // A script that wraps itself: it runs under the lock; a second copy finds it busy.
     let wrapper = dir.path().join("report.sh");

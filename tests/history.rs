@@ -169,6 +169,76 @@ fn every_hold_and_how_it_ended_is_recorded() {
 
 /// Waiters handed the lock in a queue get their entries too, and the history keeps the last
 /// 100 holds.
+/// Repro (issue 23): `run -- /no/such/command` was recorded as `released, exit -`, a
+/// `--max-runtime` stop as a plain `released SIGTERM`, and `release --force` without who forced
+/// it. Now: exit 127 (126 for a file that cannot run), the limit that stopped the command, and
+/// user@host with the operator's `--reason`.
+#[test]
+fn the_history_says_why_a_hold_ended() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["run", "--key", "job", "--", "/no/such/command"])
+        .run()
+        .code(127);
+    assert_eq!(history(&server)[0]["exit"], 127);
+    server
+        .redlock(&["run", "--key", "job", "--", "/dev/null"])
+        .run()
+        .code(126);
+    assert_eq!(history(&server)[0]["exit"], 126);
+
+    server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--max-runtime",
+            "1s",
+            "--",
+            "sleep",
+            "10",
+        ])
+        .run()
+        .code(124);
+    let last = &history(&server)[0];
+    assert_eq!(last["why"], "stopped at --max-runtime 1.0s", "{last}");
+    assert_eq!(last["signal"], 15, "{last}");
+
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .run()
+        .code(0);
+    server
+        .redlock(&[
+            "release",
+            "--key",
+            "job",
+            "--force",
+            "--reason",
+            "stuck since 3 a.m.",
+        ])
+        .run()
+        .code(0);
+    let last = &history(&server)[0];
+    assert_eq!(last["outcome"], "forced");
+    let why = last["why"].as_str().unwrap();
+    assert!(
+        why.starts_with("by ") && why.contains('@') && why.ends_with(": stuck since 3 a.m."),
+        "{last}"
+    );
+    server
+        .redlock(&["history", "--key", "job"])
+        .run()
+        .code(0)
+        .stdout_contains("forced (by ")
+        .stdout_contains("released (stopped at --max-runtime 1.0s)")
+        .stdout_contains("exit 127");
+    server
+        .redlock(&["release", "--key", "job", "--token", "x", "--reason", "r"])
+        .run()
+        .code(64);
+}
+
 #[test]
 fn hand_overs_are_recorded_and_the_history_is_capped() {
     let server = RedisServer::start();

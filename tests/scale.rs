@@ -451,7 +451,7 @@ fn a_semaphore_of_ten_thousand_with_nine_thousand_expired_holders() {
         lock.extend(&mut con, &live[1], Duration::from_secs(30), None)
             .unwrap()
     );
-    let (_, evicted, _) = lock.force_release(&mut con).unwrap();
+    let (_, evicted, _) = lock.force_release(&mut con, "by the scale test").unwrap();
     assert_eq!(evicted.len(), 1000);
     assert_eq!(server.keys_but_history(), ["redlock:{sem}:fence"]);
 }

@@ -33,6 +33,9 @@ pub(super) struct RunView<'a> {
     exit: Option<i32>,
     /// The signal that killed the command, when one did and the holder reported it.
     signal: Option<i32>,
+    /// Why it ended, when someone said: who forced it (and their reason), a limit that
+    /// stopped the command.
+    why: Option<&'a str>,
 }
 
 impl<'a> RunView<'a> {
@@ -50,6 +53,7 @@ impl<'a> RunView<'a> {
             outcome: entry.status(now),
             exit: entry.exit,
             signal: entry.signal,
+            why: entry.why.as_deref(),
         }
     }
 }
@@ -63,6 +67,14 @@ pub(super) fn how_it_ended(entry: &HistoryEntry) -> String {
     }
 }
 
+/// The outcome with why, if anyone said: `forced (by ops@host: stuck)`.
+pub(super) fn outcome(entry: &HistoryEntry, now: u64) -> String {
+    match &entry.why {
+        Some(why) => format!("{} ({})", shown(entry.status(now)), shown(why)),
+        None => shown(entry.status(now)),
+    }
+}
+
 /// One line for `inspect`: the latest hold that is over.
 pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
     let end = entry.end(now).unwrap_or(now);
@@ -72,7 +84,7 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
         shown(&entry.who.host),
         entry.who.pid,
         shown(&entry.who.command),
-        shown(entry.status(now)),
+        outcome(entry, now),
         duration::display(elapsed(end, now)),
         duration::display(elapsed(entry.since, end)),
     );
@@ -110,7 +122,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
                 entry.fence.to_string(),
                 rfc3339(entry.since),
                 duration::display(elapsed(entry.since, end)),
-                shown(entry.status(now)),
+                outcome(entry, now),
                 how_it_ended(entry),
                 printable(&entry.who.host),
                 entry.who.pid.to_string(),

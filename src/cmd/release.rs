@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{Context, describe, lock_name, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Release};
+use crate::lock::{Ending, Identity, Release};
 use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
@@ -13,10 +13,16 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {
+        // The history says who forced the lock, and why if they said.
+        let me = Identity::current("release --force");
+        let mut why = format!("by {}@{}", me.user, me.host);
+        if let Some(reason) = &args.reason {
+            why.push_str(&format!(": {reason}"));
+        }
         let (now, evicted, unreadable) = match &context.store {
-            Store::One(target) => lock.force_release(&mut context.connect_to(target)?)?,
+            Store::One(target) => lock.force_release(&mut context.connect_to(target)?, &why)?,
             Store::Quorum(quorum) => {
-                let (now, evicted, unreadable, failures) = quorum.force_release(&lock)?;
+                let (now, evicted, unreadable, failures) = quorum.force_release(&lock, &why)?;
                 if !failures.is_empty() {
                     context.log.warn(format_args!(
                         "not every master answered ({failures}); what they hold expires with its lease, and a majority no longer has it"
