@@ -27,7 +27,7 @@ local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms)
 local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
 
 local lock
-refused, lock = open_lock(key, {wake = op == 'leave', acl = lock_writes(key)})
+refused, lock = open_lock(key, {wake = op == 'leave', fence = op == 'force', acl = lock_writes(key)})
 if refused then return refused end
 local now = lock.now
 

@@ -278,14 +278,17 @@ fn foreign_data_at_a_lock_key_is_never_clobbered() {
     assert_eq!(server.keys(), [queue]);
     server.cmd::<()>(&["DEL", queue]);
 
+    // (`release --force` said "was free", exit 1, here: issue 23.)
     for foreign in [&["RPUSH", fence, "x"][..], &["SET", fence, "not a number"]] {
         server.cmd::<()>(foreign);
-        server
-            .redlock(&["acquire", "--key", "k", "--ttl", "10s"])
-            .run()
-            .code(64)
-            .one_line_error("redlock:{k}:fence");
-        assert_eq!(server.keys(), [fence], "acquire wrote beside foreign data");
+        for args in [lock_commands[0], lock_commands[2]] {
+            server
+                .redlock(args)
+                .run()
+                .code(64)
+                .one_line_error("redlock:{k}:fence");
+            assert_eq!(server.keys(), [fence], "{args:?} wrote beside foreign data");
+        }
         server.cmd::<()>(&["DEL", fence]);
     }
 }
