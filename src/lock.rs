@@ -216,6 +216,17 @@ pub struct Holder {
     pub ttl: u64,
     /// Expires at (Unix ms, server time).
     pub exp: u64,
+    /// The hold is over (the run ended) and the lock is only kept for its minimum hold
+    /// (`run --min-hold`).
+    #[serde(default)]
+    pub over: bool,
+}
+
+impl Holder {
+    /// When its lease was last set (acquired, renewed or extended), server ms.
+    pub fn renewed(&self) -> u64 {
+        self.exp.saturating_sub(self.ttl)
+    }
 }
 
 /// One queued waiter as stored in Redis (its token is never read back).

@@ -76,9 +76,12 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
             "held_ms",
             "holds",
             "host",
+            "min_hold",
             "mode",
             "note",
             "pid",
+            "renewed",
+            "renewed_ms",
             "since",
             "since_ms",
             "ttl_left_ms",
@@ -471,7 +474,7 @@ fn list_shows_held_locks_under_the_prefix_only() {
         headings,
         [
             "KEY", "MODE", "HOLDERS", "WAITERS", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD",
-            "TTL LEFT", "FENCE", "NOTE"
+            "TTL LEFT", "RENEWED", "FENCE", "NOTE"
         ],
         "{header}"
     );

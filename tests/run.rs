@@ -518,6 +518,22 @@ fn min_hold_keeps_the_lock_after_a_quick_command() {
         .stderr_empty();
     let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
     assert!(pttl > 1500 && pttl <= 3000, "PTTL {pttl}");
+    // An operator sees a lock kept for its minimum hold, not a run still going (issue 23).
+    let out = server.redlock(&["inspect", "--key", "job"]).run();
+    out.code(0)
+        .stdout_contains("(min hold)")
+        .stdout_contains("has ended; the lock is kept for its minimum hold until")
+        .stdout_contains(" ago ");
+    let view = server
+        .redlock(&["inspect", "--key", "job", "--json"])
+        .run()
+        .json();
+    assert_eq!(view["holders"][0]["min_hold"], true, "{view}");
+    server
+        .redlock(&["list"])
+        .run()
+        .code(0)
+        .stdout_contains("(min hold)");
     // The same job firing again (another cron host) skips.
     server
         .redlock(&["run", "--key", "job", "--", "true"])

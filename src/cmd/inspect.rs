@@ -63,6 +63,13 @@ struct HolderView<'a> {
     held_ms: u64,
     ttl_ms: u64,
     ttl_left_ms: u64,
+    /// When the lease was last set (acquired, renewed, extended): a holder that stopped
+    /// renewing shows here first.
+    renewed: String,
+    renewed_ms: u64,
+    /// The run has ended, and the lock is kept only for its minimum hold (`--min-hold`),
+    /// until the lease's end.
+    min_hold: bool,
 }
 
 impl<'a> LockView<'a> {
@@ -94,6 +101,9 @@ impl<'a> LockView<'a> {
                     held_ms: state.now.saturating_sub(holder.since),
                     ttl_ms: holder.ttl,
                     ttl_left_ms: holder.exp.saturating_sub(state.now),
+                    renewed: rfc3339(holder.renewed()),
+                    renewed_ms: holder.renewed(),
+                    min_hold: holder.over,
                 })
                 .collect(),
             holder_count: (state.holder_count != state.holders.len()).then_some(state.holder_count),
@@ -144,7 +154,7 @@ pub(super) fn mode_summary(state: &LockState) -> String {
 }
 
 /// Table cells describing one holder: mode, host, pid, user, command, since, held, ttl left,
-/// fence, note.
+/// renewed, fence, note.
 pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     let mode = if holder.count > 1 {
         format!("{} ×{}", shown(&holder.mode), holder.count)
@@ -153,10 +163,17 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     };
     let mut cells = vec![mode];
     cells.extend(who_cells(&holder.who));
+    // A lock kept after its run ended says so where its lease is shown.
+    let ttl_left = duration::display(elapsed(now, holder.exp));
     cells.extend([
         rfc3339(holder.since),
         duration::display(elapsed(holder.since, now)),
-        duration::display(elapsed(now, holder.exp)),
+        if holder.over {
+            format!("{ttl_left} (min hold)")
+        } else {
+            ttl_left
+        },
+        format!("{} ago", duration::display(elapsed(holder.renewed(), now))),
         holder.fence.to_string(),
         holder.who.note.as_deref().map(shown).unwrap_or_default(),
     ]);
@@ -173,8 +190,9 @@ fn who_cells(who: &Identity) -> [String; 4] {
     ]
 }
 
-pub(super) const HOLDER_HEADER: [&str; 10] = [
-    "MODE", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "FENCE", "NOTE",
+pub(super) const HOLDER_HEADER: [&str; 11] = [
+    "MODE", "HOST", "PID", "USER", "COMMAND", "SINCE", "HELD", "TTL LEFT", "RENEWED", "FENCE",
+    "NOTE",
 ];
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
@@ -355,6 +373,14 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 ))?;
                 if !state.holders.is_empty() {
                     print_line(holders_table(state))?;
+                }
+                for holder in state.holders.iter().filter(|holder| holder.over) {
+                    print_line(format_args!(
+                        "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({} from now)",
+                        holder.who.pid,
+                        rfc3339(holder.exp),
+                        duration::display(elapsed(state.now, holder.exp))
+                    ))?;
                 }
                 if state.holder_count > state.holders.len() && !state.holders.is_empty() {
                     print_line(format_args!(
