@@ -723,3 +723,119 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
         }
     }
 }
+
+/// A fake server on a loopback port: to each connection's first request it sends what
+/// `answer` writes (until that returns or the client hangs up). Serves for at most 60 s.
+fn fake_server(answer: fn(&mut std::net::TcpStream)) -> String {
+    use std::io::Read as _;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < until {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            std::thread::spawn(move || {
+                let _ = stream.set_nonblocking(false);
+                let mut request = [0u8; 4096];
+                if matches!(stream.read(&mut request), Ok(n) if n > 0) {
+                    answer(&mut stream);
+                }
+            });
+        }
+    });
+    url
+}
+
+/// A reply that never ends in one piece: a valid bulk string, one byte per 300 ms (each read
+/// gets something well within the command timeout). Ends when the client hangs up.
+fn trickle(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let reply = format!("$40\r\n{}\r\n", "x".repeat(40));
+    for byte in reply.bytes() {
+        if stream.write_all(&[byte]).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Issue 27, point 5: the command timeout bounds a whole reply, not each read of it.
+#[test]
+fn a_reply_that_trickles_in_is_given_up_after_the_command_timeout() {
+    let url = fake_server(trickle);
+    let token = "0123456789abcdef0123456789abcdef";
+    for args in [
+        &["release", "--key", "k", "--token", token][..],
+        &["extend", "--key", "k", "--token", token, "--ttl", "10s"],
+        &["inspect", "--key", "k"],
+        &["list"],
+        &["history", "--key", "k"],
+    ] {
+        let out = Redlock::new(args)
+            .env("REDLOCK_URL", &url)
+            .args_timeouts("1s", "1s")
+            .run();
+        out.code(69).one_line_error("no answer within 1.0s");
+        assert!(
+            out.elapsed < Duration::from_secs(3),
+            "{args:?}: {:?}",
+            out.elapsed
+        );
+    }
+    // The doctor reports each check it could not make, and gives up on each in time.
+    let out = Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &url)
+        .args_timeouts("1s", "1s")
+        .run();
+    out.code(1).stdout_contains("no answer within 1.0s");
+    assert!(
+        out.elapsed < Duration::from_secs(9),
+        "doctor: {:?}",
+        out.elapsed
+    );
+}
+
+/// The start of a reply far larger than any redlock asks for, then silence.
+fn huge_bulk(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let _ = stream.write_all(b"*1000\r\n$536870912\r\n");
+    let _ = stream.write_all(&vec![b'x'; 8 << 20]);
+    std::thread::sleep(Duration::from_secs(10));
+}
+
+/// Arrays each within any one length cap, whose elements together are too many, then silence.
+fn endless_array(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let mut wire = b"*1000\r\n*1000000\r\n".to_vec();
+    wire.extend(b":1\r\n".repeat(1_100_000));
+    let _ = stream.write_all(&wire);
+    std::thread::sleep(Duration::from_secs(10));
+}
+
+/// Issue 27, point 5: a reply larger than any redlock asks for is refused as it arrives, not
+/// buffered until memory runs out (nor waited for until the timeout).
+#[test]
+fn a_reply_too_large_for_any_request_is_refused_at_once() {
+    for answer in [huge_bulk as fn(&mut std::net::TcpStream), endless_array] {
+        let url = fake_server(answer);
+        for args in [&["inspect", "--key", "k"][..], &["list"]] {
+            let out = Redlock::new(args)
+                .env("REDLOCK_URL", &url)
+                .args_timeouts("5s", "5s")
+                .run();
+            out.code(69).one_line_error("not a Redis server");
+            assert!(
+                out.elapsed < Duration::from_secs(4),
+                "{args:?}: {:?}",
+                out.elapsed
+            );
+        }
+    }
+}
