@@ -839,3 +839,59 @@ fn a_reply_too_large_for_any_request_is_refused_at_once() {
         }
     }
 }
+
+/// Issue 27, point 7: a secret or certificate path that is not a small regular file (a FIFO,
+/// which would block before any timeout, a device that never ends, a huge file) is refused at
+/// once with exit 64, saying why.
+#[test]
+fn secret_and_certificate_files_must_be_small_regular_files() {
+    let dir = TempDir::new("files");
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fifo = fifo.to_str().unwrap();
+    let long_line = dir.path().join("long");
+    std::fs::write(&long_line, "p".repeat(5000)).unwrap();
+    std::fs::set_permissions(&long_line, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::write(&huge, "#".repeat(5 << 20)).unwrap();
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (huge, key) = (huge.to_str().unwrap(), key.to_str().unwrap());
+    let not_regular = "not a regular file (a FIFO, socket or device)";
+    let cases: [(&str, &[&str], &str); 8] = [
+        ("redis", &["--password-file", fifo], not_regular),
+        ("redis", &["--password-file", "/dev/zero"], not_regular),
+        (
+            "redis",
+            &["--password-file", long_line.to_str().unwrap()],
+            "the first line is longer than 4 KiB",
+        ),
+        ("rediss", &["--tls-ca", fifo], not_regular),
+        ("rediss", &["--tls-ca", "/dev/zero"], not_regular),
+        ("rediss", &["--tls-ca", huge], "larger than 4 MiB"),
+        (
+            "rediss",
+            &["-q", "--tls-insecure", "--tls-cert", fifo, "--tls-key", key],
+            not_regular,
+        ),
+        (
+            "rediss",
+            &["-q", "--tls-insecure", "--tls-cert", huge, "--tls-key", fifo],
+            &format!("--tls-key {fifo}: {not_regular}"),
+        ),
+    ];
+    for (scheme, args, why) in cases {
+        Redlock::new(&["inspect", "--key", "k"])
+            .args(args)
+            .env("REDLOCK_URL", &format!("{scheme}://127.0.0.1:1"))
+            .spawn()
+            .wait(Duration::from_secs(5))
+            .code(64)
+            .one_line_error(why);
+    }
+}

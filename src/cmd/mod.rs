@@ -26,6 +26,7 @@ use crate::cli::{Cli, Command, Global, LockArgs, TlsArgs};
 use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
 use crate::exit::{Done, Failure, Hint, fail};
+use crate::files;
 use crate::keys::{LockName, Prefix};
 use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token};
 use crate::log::{Log, printable, quoted};
@@ -284,36 +285,37 @@ fn password_in_argv(urls: &[String]) -> bool {
     !from_env && urls.iter().any(with_password)
 }
 
-/// Warns when `path` (a secret) can be read by group or others; an unreadable file is an error.
+/// Warns when `path` (a secret) can be read by group or others; an unreadable file, or one
+/// that is not a regular file, is an error.
 fn warn_if_readable_by_others(path: &Path, flag: &str, quiet: bool) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let shown = path.display();
-    let mode = std::fs::metadata(path)
-        .and_then(|meta| std::fs::File::open(path).map(|_| meta))
-        .map_err(|err| fail(Failure::Usage, format!("{flag} {shown}: {err}")))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 && !quiet {
-        crate::log::warning(format_args!(
-            "{flag} {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
-            mode & 0o777
-        ));
-    }
+    let opened = files::open_regular(path)
+        .map_err(|why| fail(Failure::Usage, format!("{flag} {}: {why}", path.display())))?;
+    warn_if_mode_open(opened.mode, path, flag, quiet);
     Ok(())
 }
 
-fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
+fn warn_if_mode_open(mode: u32, path: &Path, flag: &str, quiet: bool) {
     let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| fail(Failure::Usage, format!("--password-file {shown}: {err}")))?;
-    let password = text.lines().next().unwrap_or_default().to_owned();
-    if password.is_empty() {
-        return Err(fail(
-            Failure::Usage,
-            format!("--password-file {shown}: the first line is empty"),
+    if mode & 0o077 != 0 && !quiet {
+        crate::log::warning(format_args!(
+            "{flag} {shown} is readable by others (mode {mode:o}); run: chmod 600 {shown}"
         ));
     }
-    warn_if_readable_by_others(path, "--password-file", quiet)?;
+}
+
+/// The password: the first line of a regular file, of at most a few KiB.
+fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
+    let shown = path.display();
+    let refuse = |why: String| fail(Failure::Usage, format!("--password-file {shown}: {why}"));
+    let opened = files::open_regular(path).map_err(refuse)?;
+    let mode = opened.mode;
+    let password = opened
+        .first_line(files::MAX_PASSWORD_LINE)
+        .map_err(refuse)?;
+    if password.is_empty() {
+        return Err(refuse("the first line is empty".to_owned()));
+    }
+    warn_if_mode_open(mode, path, "--password-file", quiet);
     Ok(password)
 }
 
