@@ -97,6 +97,20 @@ impl Context {
             crate::quorum::check_count(urls.len())
                 .map_err(|why| fail(Failure::Usage, format!("--redis: {why}")))?;
         }
+        let sentinel_password = std::env::var("REDLOCK_SENTINEL_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty());
+        let url_password = urls
+            .iter()
+            .any(|url| crate::conn::redact_url(url) != *url);
+        if global.password_file.is_some()
+            || std::env::var_os("REDLOCK_PASSWORD").is_some_and(|p| !p.is_empty())
+            || sentinel_password.is_some()
+            || url_password
+            || global.tls.tls_key.is_some()
+        {
+            keep_out_of_core_dumps();
+        }
         let password = match &global.password_file {
             Some(path) => Some(read_password_file(path, global.quiet)?),
             None => std::env::var("REDLOCK_PASSWORD")
@@ -106,9 +120,7 @@ impl Context {
         let relaunch = relaunch(&global, &urls.join(" "), password.as_deref());
         let access = Access {
             password,
-            sentinel_password: std::env::var("REDLOCK_SENTINEL_PASSWORD")
-                .ok()
-                .filter(|p| !p.is_empty()),
+            sentinel_password,
             tls: tls_options(&global.tls, global.quiet)?,
             connect_timeout: global.connect_timeout,
             command_timeout: global.command_timeout,
@@ -271,6 +283,15 @@ fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>
         );
     }
     Ok(Some(options))
+}
+
+/// Makes the process non-dumpable before a secret (a password, a TLS key) is read: a crash
+/// then writes no core file holding it, and other processes of the same user cannot read its
+/// memory (ptrace, /proc/PID/mem, environ). The command `run` starts, and the keeper, are
+/// dumpable again after their exec (the keeper marks itself in turn).
+fn keep_out_of_core_dumps() {
+    // Failing is not a reason to refuse to work; it cannot fail on Linux.
+    let _ = nix::sys::prctl::set_dumpable(false);
 }
 
 /// Whether a URL given on the command line (not through `REDLOCK_URL`) has a password: every
