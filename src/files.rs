@@ -44,7 +44,9 @@ pub(crate) fn open_regular(path: &Path) -> Result<Opened, String> {
         } else {
             "a FIFO, socket or device"
         };
-        return Err(format!("not a regular file ({kind}); give the path of a file"));
+        return Err(format!(
+            "not a regular file ({kind}); give the path of a file"
+        ));
     }
     Ok(Opened {
         file,

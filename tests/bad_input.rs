@@ -881,7 +881,14 @@ fn secret_and_certificate_files_must_be_small_regular_files() {
         ),
         (
             "rediss",
-            &["-q", "--tls-insecure", "--tls-cert", huge, "--tls-key", fifo],
+            &[
+                "-q",
+                "--tls-insecure",
+                "--tls-cert",
+                huge,
+                "--tls-key",
+                fifo,
+            ],
             &format!("--tls-key {fifo}: {not_regular}"),
         ),
     ];

@@ -471,7 +471,10 @@ fn each_stderr_line_is_one_write() {
 fn non_dumpable(pid: u32) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     if nix::unistd::geteuid().is_root() {
-        std::fs::metadata(format!("/proc/{pid}/environ")).unwrap().uid() == 0
+        std::fs::metadata(format!("/proc/{pid}/environ"))
+            .unwrap()
+            .uid()
+            == 0
     } else {
         std::fs::read(format!("/proc/{pid}/environ"))
             .is_err_and(|err| err.kind() == std::io::ErrorKind::PermissionDenied)
@@ -484,7 +487,9 @@ fn waits_non_dumpable(server: &RedisServer, password: Option<&str>) -> bool {
     use std::os::unix::process::CommandExt as _;
     let mut command = Command::new(REDLOCK);
     command
-        .args(["acquire", "--key", "k", "--ttl", "10s", "--wait", "10s", "-q"])
+        .args([
+            "acquire", "--key", "k", "--ttl", "10s", "--wait", "10s", "-q",
+        ])
         .env_clear()
         .env("REDLOCK_URL", server.url())
         .stdin(Stdio::null())
@@ -519,7 +524,10 @@ fn a_process_holding_a_password_is_not_dumpable() {
         .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
         .run();
     holder.code(0);
-    assert!(!waits_non_dumpable(&open, None), "dumpable without a password");
+    assert!(
+        !waits_non_dumpable(&open, None),
+        "dumpable without a password"
+    );
 
     let guarded = RedisServer::start_with(&["--requirepass", "pw"]);
     guarded

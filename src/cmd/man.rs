@@ -82,9 +82,8 @@ pub(super) fn run(args: &ManArgs) -> anyhow::Result<Done> {
 /// are 0644 and a created `man1` 0755 whatever the umask.
 fn install(root: &Path) -> anyhow::Result<Done> {
     let dir = root.join("man1");
-    let failed = |err: &dyn std::fmt::Display| {
-        fail(Failure::Output, format!("{}: {err}", dir.display()))
-    };
+    let failed =
+        |err: &dyn std::fmt::Display| fail(Failure::Output, format!("{}: {err}", dir.display()));
     refuse_link(root)?;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -100,9 +100,7 @@ impl Context {
         let sentinel_password = std::env::var("REDLOCK_SENTINEL_PASSWORD")
             .ok()
             .filter(|p| !p.is_empty());
-        let url_password = urls
-            .iter()
-            .any(|url| crate::conn::redact_url(url) != *url);
+        let url_password = urls.iter().any(|url| crate::conn::redact_url(url) != *url);
         if global.password_file.is_some()
             || std::env::var_os("REDLOCK_PASSWORD").is_some_and(|p| !p.is_empty())
             || sentinel_password.is_some()
@@ -217,6 +215,9 @@ pub(crate) fn hint_text(hint: Hint) -> &'static str {
         Hint::TrustCa => "give the CA bundle that issued it with --tls-ca",
         Hint::ServerName => "give the name it carries with --tls-server-name",
         Hint::ClientCert => "give one with --tls-cert and --tls-key",
+        Hint::ServerCertFromCa => {
+            "give the server a certificate issued by that CA (the CA's own goes in --tls-ca)"
+        }
     }
 }
 

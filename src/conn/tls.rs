@@ -167,6 +167,16 @@ pub(crate) fn classify_tls(err: &rustls::Error) -> anyhow::Error {
                     Hint::ServerName,
                 )
             }
+            // webpki's name for it, which rustls passes on only as text: a self-signed
+            // certificate with the CA flag (`openssl req -x509` sets it), trusted as its own CA.
+            CertificateError::Other(other)
+                if format!("{other:?}").contains("CaUsedAsEndEntity") =>
+            {
+                refused(
+                    "TLS: the server presents a CA certificate as its own".into(),
+                    Hint::ServerCertFromCa,
+                )
+            }
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => fail(
                 Failure::Auth,
                 format!("TLS: the server's certificate has expired ({problem})"),
