@@ -233,6 +233,9 @@ pub enum Hint {
     ServerName,
     /// The server requires a client certificate.
     ClientCert,
+    /// The server's certificate is a CA's (self-signed with the CA flag): it needs one a CA
+    /// issued.
+    ServerCertFromCa,
     /// The sentinels refused the credentials: they have their own.
     SentinelPassword,
 }

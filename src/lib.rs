@@ -11,6 +11,8 @@
 //! - `log`: redlock's lines on stderr (one write each), and `printable` for foreign text.
 //! - `duration`: duration flags (bare seconds or humantime, bounded).
 //! - `failpoint`: crash points the fault suite arms in debug builds.
+//! - `files`: reading a password or certificate file the user names, bounded (no FIFO, no
+//!   device, no file larger than its content can be).
 //!
 //! Engine:
 //! - `lock`: acquire, extend, release, inspect, list one lock: arguments in, replies decoded;
@@ -36,6 +38,7 @@ mod doctor;
 mod duration;
 pub mod exit;
 mod failpoint;
+mod files;
 mod inbox;
 mod keep;
 pub mod keys;

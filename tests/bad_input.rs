@@ -492,6 +492,43 @@ fn password_file_problems_are_reported() {
         .stderr_contains("readable by others (mode 644); run: chmod 600");
 }
 
+/// Repro (issue 27): `-q` silenced the warnings about the user's own safety (a password file
+/// others can read, a password on the command line, `--tls-insecure`). `-q` quiets expected
+/// outcomes only.
+#[test]
+fn quiet_never_silences_a_security_warning() {
+    let dir = TempDir::new("quiet-warnings");
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    let open = dir.path().join("open");
+    std::fs::write(&open, "pw").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = open.to_str().unwrap();
+    server
+        .redlock(&["inspect", "-q", "--key", "k", "--password-file", file])
+        .run()
+        .code(1)
+        .stderr_contains("readable by others (mode 644)");
+    let with_password = format!("redis://:pw@127.0.0.1:{}", server.port);
+    Redlock::new(&["inspect", "-q", "--key", "k", "--redis", &with_password])
+        .run()
+        .code(1)
+        .stderr_contains("a password in the URL is visible to every user");
+    let tls = format!("rediss://127.0.0.1:{}", free_port());
+    Redlock::new(&[
+        "inspect",
+        "-q",
+        "--key",
+        "k",
+        "--tls-insecure",
+        "--redis",
+        &tls,
+    ])
+    .args(&["--connect-timeout", "1s"])
+    .run()
+    .code(69)
+    .stderr_contains("--tls-insecure: the server's certificate is not verified");
+}
+
 trait Timeouts {
     fn args_timeouts(self, connect: &str, command: &str) -> Self;
 }
@@ -850,5 +887,177 @@ fn the_documented_acl_covers_every_command_the_scripts_call() {
                 path.display()
             );
         }
+    }
+}
+
+/// A fake server on a loopback port: to each connection's first request it sends what
+/// `answer` writes (until that returns or the client hangs up). Serves for at most 60 s.
+fn fake_server(answer: fn(&mut std::net::TcpStream)) -> String {
+    use std::io::Read as _;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < until {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            std::thread::spawn(move || {
+                let _ = stream.set_nonblocking(false);
+                let mut request = [0u8; 4096];
+                if matches!(stream.read(&mut request), Ok(n) if n > 0) {
+                    answer(&mut stream);
+                }
+            });
+        }
+    });
+    url
+}
+
+/// A reply that never ends in one piece: a valid bulk string, one byte per 300 ms (each read
+/// gets something well within the command timeout). Ends when the client hangs up.
+fn trickle(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let reply = format!("$40\r\n{}\r\n", "x".repeat(40));
+    for byte in reply.bytes() {
+        if stream.write_all(&[byte]).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Issue 27, point 5: the command timeout bounds a whole reply, not each read of it.
+#[test]
+fn a_reply_that_trickles_in_is_given_up_after_the_command_timeout() {
+    let url = fake_server(trickle);
+    let token = "0123456789abcdef0123456789abcdef";
+    for args in [
+        &["release", "--key", "k", "--token", token][..],
+        &["extend", "--key", "k", "--token", token, "--ttl", "10s"],
+        &["inspect", "--key", "k"],
+        &["list"],
+        &["history", "--key", "k"],
+    ] {
+        let out = Redlock::new(args)
+            .env("REDLOCK_URL", &url)
+            .args_timeouts("1s", "1s")
+            .run();
+        out.code(69).one_line_error("no answer within 1.0s");
+        assert!(
+            out.elapsed < Duration::from_secs(3),
+            "{args:?}: {:?}",
+            out.elapsed
+        );
+    }
+    // The doctor fails as any command does at its first request, not per check.
+    let out = Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &url)
+        .args_timeouts("1s", "1s")
+        .run();
+    out.code(69).one_line_error("no answer within 1.0s");
+    assert!(
+        out.elapsed < Duration::from_secs(3),
+        "doctor: {:?}",
+        out.elapsed
+    );
+}
+
+/// The start of a reply far larger than any redlock asks for, then silence.
+fn huge_bulk(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let _ = stream.write_all(b"*1000\r\n$536870912\r\n");
+    let _ = stream.write_all(&vec![b'x'; 8 << 20]);
+    std::thread::sleep(Duration::from_secs(10));
+}
+
+/// Arrays each within any one length cap, whose elements together are too many, then silence.
+fn endless_array(stream: &mut std::net::TcpStream) {
+    use std::io::Write as _;
+    let mut wire = b"*1000\r\n*1000000\r\n".to_vec();
+    wire.extend(b":1\r\n".repeat(1_100_000));
+    let _ = stream.write_all(&wire);
+    std::thread::sleep(Duration::from_secs(10));
+}
+
+/// Issue 27, point 5: a reply larger than any redlock asks for is refused as it arrives, not
+/// buffered until memory runs out (nor waited for until the timeout).
+#[test]
+fn a_reply_too_large_for_any_request_is_refused_at_once() {
+    for answer in [huge_bulk as fn(&mut std::net::TcpStream), endless_array] {
+        let url = fake_server(answer);
+        for args in [&["inspect", "--key", "k"][..], &["list"]] {
+            let out = Redlock::new(args)
+                .env("REDLOCK_URL", &url)
+                .args_timeouts("5s", "5s")
+                .run();
+            out.code(69).one_line_error("not a Redis server");
+            assert!(
+                out.elapsed < Duration::from_secs(4),
+                "{args:?}: {:?}",
+                out.elapsed
+            );
+        }
+    }
+}
+
+/// Issue 27, point 7: a secret or certificate path that is not a small regular file (a FIFO,
+/// which would block before any timeout, a device that never ends, a huge file) is refused at
+/// once with exit 64, saying why.
+#[test]
+fn secret_and_certificate_files_must_be_small_regular_files() {
+    let dir = TempDir::new("files");
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fifo = fifo.to_str().unwrap();
+    let long_line = dir.path().join("long");
+    std::fs::write(&long_line, "p".repeat(5000)).unwrap();
+    std::fs::set_permissions(&long_line, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::write(&huge, "#".repeat(5 << 20)).unwrap();
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (huge, key) = (huge.to_str().unwrap(), key.to_str().unwrap());
+    let not_regular = "not a regular file (a FIFO, socket or device)";
+    let cases: [(&str, &[&str], &str); 8] = [
+        ("redis", &["--password-file", fifo], not_regular),
+        ("redis", &["--password-file", "/dev/zero"], not_regular),
+        (
+            "redis",
+            &["--password-file", long_line.to_str().unwrap()],
+            "the first line is longer than 4 KiB",
+        ),
+        ("rediss", &["--tls-ca", fifo], not_regular),
+        ("rediss", &["--tls-ca", "/dev/zero"], not_regular),
+        ("rediss", &["--tls-ca", huge], "larger than 4 MiB"),
+        (
+            "rediss",
+            &["--tls-cert", fifo, "--tls-key", key],
+            not_regular,
+        ),
+        (
+            "rediss",
+            &["--tls-cert", huge, "--tls-key", fifo],
+            &format!("--tls-key {fifo}: {not_regular}"),
+        ),
+    ];
+    for (scheme, args, why) in cases {
+        Redlock::new(&["inspect", "--key", "k"])
+            .args(args)
+            .env("REDLOCK_URL", &format!("{scheme}://127.0.0.1:1"))
+            .spawn()
+            .wait(Duration::from_secs(5))
+            .code(64)
+            .one_line_error(why);
     }
 }

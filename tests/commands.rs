@@ -670,6 +670,36 @@ fn a_kept_lock_lives_until_released_or_its_limits() {
     assert!(wait_until(Duration::from_secs(2), || !held("limited")));
 }
 
+/// Issue 27, point 8: the keeper holds none of the caller's descriptors beyond the standard
+/// three, so a pipe the caller's shell passed as descriptor 3 ends when `acquire` does, not
+/// when the keeper does (a CI step, `$(...)`, `| cat` would wait for --max-hold otherwise).
+#[test]
+fn the_keeper_keeps_none_of_the_callers_descriptors() {
+    let server = RedisServer::start();
+    let dir = crate::util::TempDir::new("keeper-fds");
+    let token_file = dir.path().join("token");
+    let started = std::time::Instant::now();
+    let pipeline = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(r#"{ "$0" acquire --key k --ttl 3s --keep-alive --max-hold 30s -q > "$1"; } 3>&1 | cat"#)
+        .arg(REDLOCK)
+        .arg(&token_file)
+        .env("REDLOCK_URL", server.url())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(pipeline.status.success(), "{pipeline:?}");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    server
+        .redlock(&["release", "--key", "k", "--token", token.trim()])
+        .run()
+        .code(0);
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "the pipeline waited {elapsed:?} for the keeper"
+    );
+}
+
 /// Fences keep rising when the fence counter is lost (deleted, flushed, evicted, a restart
 /// without persistence): a missing counter starts from the server's clock in microseconds.
 #[test]

@@ -227,6 +227,65 @@ fn readme_json_examples_match_the_output() {
     }
 }
 
+/// Issue 27, point 6: `man --install` (often run as root) follows no symbolic link: a link in
+/// place of a page is replaced and its target left alone; a linked `man1` or DIR is refused;
+/// pages are 0644 whatever the umask.
+#[test]
+fn man_install_follows_no_link_and_ignores_the_umask() {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+    let dir = crate::util::TempDir::new("man-links");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "not a manual page\n").unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("man1")).unwrap();
+    symlink(&victim, root.join("man1/redlock-run.1")).unwrap();
+    crate::util::Redlock::new(&["man", "--install"])
+        .arg(&root)
+        .after_shell("umask 000")
+        .run()
+        .code(0);
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "not a manual page\n"
+    );
+    let page = root.join("man1/redlock-run.1");
+    let meta = std::fs::symlink_metadata(&page).unwrap();
+    assert!(meta.file_type().is_file(), "{meta:?}");
+    assert!(std::fs::read_to_string(&page).unwrap().contains(".TH"));
+    for entry in std::fs::read_dir(root.join("man1")).unwrap() {
+        let meta = entry.unwrap().metadata().unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+    }
+
+    // Under a tight umask the pages are still readable by all, and a new man1 is 0755.
+    let fresh = dir.path().join("fresh");
+    crate::util::Redlock::new(&["man", "--install"])
+        .arg(&fresh)
+        .after_shell("umask 077")
+        .run()
+        .code(0);
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&fresh.join("man1")), 0o755);
+    assert_eq!(mode(&fresh.join("man1/redlock.1")), 0o644);
+
+    // A linked man1, or a linked DIR, is refused; nothing is written where they point.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let linked = dir.path().join("linked");
+    std::fs::create_dir(&linked).unwrap();
+    symlink(&elsewhere, linked.join("man1")).unwrap();
+    let linked_root = dir.path().join("linked-root");
+    symlink(&elsewhere, &linked_root).unwrap();
+    for root in [&linked, &linked_root] {
+        crate::util::Redlock::new(&["man", "--install"])
+            .arg(root)
+            .run()
+            .code(64)
+            .one_line_error("is a symbolic link");
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
 /// `redlock man --install` writes exactly the committed pages, and `redlock man COMMAND`
 /// prints one.
 #[test]

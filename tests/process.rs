@@ -464,3 +464,76 @@ fn each_stderr_line_is_one_write() {
         }
     }
 }
+
+/// Whether the process `pid` is non-dumpable, as a process of another user sees it: as root,
+/// the files in its /proc directory are root's instead of its owner's; otherwise its
+/// environment cannot be read.
+fn non_dumpable(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if nix::unistd::geteuid().is_root() {
+        std::fs::metadata(format!("/proc/{pid}/environ"))
+            .unwrap()
+            .uid()
+            == 0
+    } else {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_err_and(|err| err.kind() == std::io::ErrorKind::PermissionDenied)
+    }
+}
+
+/// A waiting `redlock acquire` under another user than the test's (as root: nobody), with
+/// `password` in REDLOCK_PASSWORD if given; whether it is non-dumpable while it waits.
+fn waits_non_dumpable(server: &RedisServer, password: Option<&str>) -> bool {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Command::new(REDLOCK);
+    command
+        .args([
+            "acquire", "--key", "k", "--ttl", "10s", "--wait", "10s", "-q",
+        ])
+        .env_clear()
+        .env("REDLOCK_URL", server.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(password) = password {
+        command.env("REDLOCK_PASSWORD", password);
+    }
+    if nix::unistd::geteuid().is_root() {
+        command.uid(65534).gid(65534);
+    }
+    let mut waiter = command.spawn().unwrap();
+    let pid = waiter.id();
+    let queued = wait_until(Duration::from_secs(5), || {
+        server.cmd::<i64>(&["ZCARD", "redlock:{k}:queue"]) == 1
+    });
+    let seen = non_dumpable(pid);
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    assert!(queued, "the waiter never queued");
+    // Its queue entry goes when it would have timed out; not waited for.
+    server.cmd::<()>(&["DEL", "redlock:{k}:queue", "redlock:{k}:waiters"]);
+    seen
+}
+
+/// Issue 27: once redlock holds a password it is non-dumpable (no core file with the password
+/// in it, no reading of its memory by the same user); without one it stays as it was.
+#[test]
+fn a_process_holding_a_password_is_not_dumpable() {
+    let open = RedisServer::start();
+    let holder = open
+        .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
+        .run();
+    holder.code(0);
+    assert!(
+        !waits_non_dumpable(&open, None),
+        "dumpable without a password"
+    );
+
+    let guarded = RedisServer::start_with(&["--requirepass", "pw"]);
+    guarded
+        .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
+        .env("REDLOCK_PASSWORD", "pw")
+        .run()
+        .code(0);
+    assert!(waits_non_dumpable(&guarded, Some("pw")));
+}

@@ -178,6 +178,22 @@ fn tls_files_and_ports_that_do_not_fit_are_reported() {
         .code(69);
 }
 
+/// Issue 27: a self-signed server certificate that is also a CA (what `openssl req -x509`
+/// makes by default), trusted with --tls-ca, is refused by name, not as `Other(...)`.
+#[test]
+fn a_server_presenting_a_ca_certificate_is_told_in_words() {
+    let pki = Pki::generate();
+    let ca = pki.cert("ca").display().to_string();
+    let (_server, tls) = RedisServer::start_tls(&pki, "ca", "no");
+    acquire(&tls_url(tls))
+        .args(&["--tls-ca", &ca])
+        .run()
+        .code(77)
+        .one_line_error(
+            "TLS: the server presents a CA certificate as its own; give the server a certificate issued by that CA",
+        );
+}
+
 /// A password goes through TLS like any other; it never shows.
 #[test]
 fn a_password_over_tls_works_and_never_shows() {

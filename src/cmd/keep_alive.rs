@@ -2,6 +2,8 @@
 //! and the code in `acquire` that starts it. The token comes in REDLOCK_TOKEN and the
 //! passwords in their variables, never in arguments.
 
+#![allow(unsafe_code)]
+
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 
@@ -85,8 +87,34 @@ pub(super) fn start(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
+    close_on_exec_above_standard();
     let keeper = command
         .spawn()
         .map_err(|err| fail(Failure::System, format!("cannot start the keeper: {err}")))?;
     Ok(keeper.id())
+}
+
+/// Marks every open descriptor above the standard three close-on-exec, so that the keeper
+/// starts without the ones redlock's caller handed down (`3>&1 | cat`: a pipe whose reader
+/// waits until every writer is gone, which would be when the keeper ends, an hour later).
+/// Done here, just before the exec that drops them, rather than in the keeper: the kernel
+/// drops them at one point, and no descriptor a running process may be using is closed under
+/// it. `acquire` itself has no use for them (it execs nothing else) and ends soon after.
+fn close_on_exec_above_standard() {
+    let mut open: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        // Without /proc: the descriptors a process usually has (a closed one is skipped).
+        Err(_) => (0..1024).collect(),
+    };
+    open.retain(|fd| *fd > 2);
+    for fd in open {
+        // SAFETY: F_SETFD only sets the descriptor's flags, and FD_CLOEXEC only affects a
+        // later exec; a number that is not open (the directory's own, closed since) fails
+        // with EBADF and changes nothing.
+        unsafe {
+            nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
+        }
+    }
 }

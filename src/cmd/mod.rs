@@ -26,6 +26,7 @@ use crate::cli::{Cli, Command, Global, LockArgs, TlsArgs};
 use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
 use crate::exit::{Done, Failure, Hint, fail};
+use crate::files;
 use crate::keys::{LockName, Prefix};
 use crate::lock::{Holder, Identity, Lock, Mode, Replicas, Token, Unreadable};
 use crate::log::{Log, cut_shown, printable, quoted, shown};
@@ -78,7 +79,8 @@ impl Context {
     fn new(global: Global, inherited: Inherited) -> anyhow::Result<Self> {
         let prefix = Prefix::new(&global.prefix).context("--prefix")?;
         let mut urls = given_urls(&global)?;
-        let password_in_argv = !global.quiet && password_in_argv(&urls);
+        // -q quiets expected outcomes, never a warning about the user's safety.
+        let password_in_argv = password_in_argv(&urls);
         if urls.is_empty() {
             urls.push(match std::env::var_os("REDIS_URL") {
                 None => DEFAULT_URL.to_owned(),
@@ -93,8 +95,20 @@ impl Context {
             crate::quorum::check_count(urls.len())
                 .map_err(|why| fail(Failure::Usage, format!("--redis: {why}")))?;
         }
+        let sentinel_password = std::env::var("REDLOCK_SENTINEL_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty());
+        let url_password = urls.iter().any(|url| crate::conn::url_has_password(url));
+        if global.password_file.is_some()
+            || std::env::var_os("REDLOCK_PASSWORD").is_some_and(|p| !p.is_empty())
+            || sentinel_password.is_some()
+            || url_password
+            || global.tls.tls_key.is_some()
+        {
+            keep_out_of_core_dumps();
+        }
         let password = match &global.password_file {
-            Some(path) => Some(read_password_file(path, global.quiet)?),
+            Some(path) => Some(read_password_file(path)?),
             None => std::env::var("REDLOCK_PASSWORD")
                 .ok()
                 .filter(|p| !p.is_empty()),
@@ -102,10 +116,8 @@ impl Context {
         let relaunch = relaunch(&global, &urls.join(" "), password.as_deref());
         let access = Access {
             password,
-            sentinel_password: std::env::var("REDLOCK_SENTINEL_PASSWORD")
-                .ok()
-                .filter(|p| !p.is_empty()),
-            tls: tls_options(&global.tls, global.quiet)?,
+            sentinel_password,
+            tls: tls_options(&global.tls)?,
             connect_timeout: global.connect_timeout,
             command_timeout: global.command_timeout,
         };
@@ -201,6 +213,9 @@ pub(crate) fn hint_text(hint: Hint) -> &'static str {
         Hint::TrustCa => "give the CA bundle that issued it with --tls-ca",
         Hint::ServerName => "give the name it carries with --tls-server-name",
         Hint::ClientCert => "give one with --tls-cert and --tls-key",
+        Hint::ServerCertFromCa => {
+            "give the server a certificate issued by that CA (the CA's own goes in --tls-ca)"
+        }
     }
 }
 
@@ -243,7 +258,7 @@ fn relaunch(
 
 /// The TLS options given, if any; warns about a key others can read, and loudly about
 /// `--tls-insecure`.
-fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>> {
+fn tls_options(args: &TlsArgs) -> anyhow::Result<Option<TlsOptions>> {
     let options = TlsOptions {
         ca: args.tls_ca.clone(),
         cert: args.tls_cert.clone(),
@@ -259,9 +274,9 @@ fn tls_options(args: &TlsArgs, quiet: bool) -> anyhow::Result<Option<TlsOptions>
         return Ok(None);
     }
     if let Some(key) = &options.key {
-        warn_if_readable_by_others(key, "--tls-key", quiet)?;
+        warn_if_readable_by_others(key, "--tls-key")?;
     }
-    if options.insecure && !quiet {
+    if options.insecure {
         crate::log::warning(
             "--tls-insecure: the server's certificate is not verified; anyone on the path can pose as the server and read the password",
         );
@@ -314,6 +329,15 @@ fn empty_url(source: &str) -> anyhow::Error {
     )
 }
 
+/// Makes the process non-dumpable before a secret (a password, a TLS key) is read: a crash
+/// then writes no core file holding it, and other processes of the same user cannot read its
+/// memory (ptrace, /proc/PID/mem, environ). The command `run` starts, and the keeper, are
+/// dumpable again after their exec (the keeper marks itself in turn).
+fn keep_out_of_core_dumps() {
+    // Failing is not a reason to refuse to work; it cannot fail on Linux.
+    let _ = nix::sys::prctl::set_dumpable(false);
+}
+
 /// Whether a URL given on the command line (not through `REDLOCK_URL`) has a password: every
 /// user of the host can read it in the process list, and redlock cannot take it back.
 fn password_in_argv(urls: &[String]) -> bool {
@@ -322,36 +346,37 @@ fn password_in_argv(urls: &[String]) -> bool {
     !from_env && urls.iter().any(|url| crate::conn::url_has_password(url))
 }
 
-/// Warns when `path` (a secret) can be read by group or others; an unreadable file is an error.
-fn warn_if_readable_by_others(path: &Path, flag: &str, quiet: bool) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let shown = path.display();
-    let mode = std::fs::metadata(path)
-        .and_then(|meta| std::fs::File::open(path).map(|_| meta))
-        .map_err(|err| fail(Failure::Usage, format!("{flag} {shown}: {err}")))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 && !quiet {
-        crate::log::warning(format_args!(
-            "{flag} {shown} is readable by others (mode {:o}); run: chmod 600 {shown}",
-            mode & 0o777
-        ));
-    }
+/// Warns when `path` (a secret) can be read by group or others; an unreadable file, or one
+/// that is not a regular file, is an error.
+fn warn_if_readable_by_others(path: &Path, flag: &str) -> anyhow::Result<()> {
+    let opened = files::open_regular(path)
+        .map_err(|why| fail(Failure::Usage, format!("{flag} {}: {why}", path.display())))?;
+    warn_if_mode_open(opened.mode, path, flag);
     Ok(())
 }
 
-fn read_password_file(path: &Path, quiet: bool) -> anyhow::Result<String> {
+fn warn_if_mode_open(mode: u32, path: &Path, flag: &str) {
     let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| fail(Failure::Usage, format!("--password-file {shown}: {err}")))?;
-    let password = text.lines().next().unwrap_or_default().to_owned();
-    if password.is_empty() {
-        return Err(fail(
-            Failure::Usage,
-            format!("--password-file {shown}: the first line is empty"),
+    if mode & 0o077 != 0 {
+        crate::log::warning(format_args!(
+            "{flag} {shown} is readable by others (mode {mode:o}); run: chmod 600 {shown}"
         ));
     }
-    warn_if_readable_by_others(path, "--password-file", quiet)?;
+}
+
+/// The password: the first line of a regular file, of at most a few KiB.
+fn read_password_file(path: &Path) -> anyhow::Result<String> {
+    let shown = path.display();
+    let refuse = |why: String| fail(Failure::Usage, format!("--password-file {shown}: {why}"));
+    let opened = files::open_regular(path).map_err(refuse)?;
+    let mode = opened.mode;
+    let password = opened
+        .first_line(files::MAX_PASSWORD_LINE)
+        .map_err(refuse)?;
+    if password.is_empty() {
+        return Err(refuse("the first line is empty".to_owned()));
+    }
+    warn_if_mode_open(mode, path, "--password-file");
     Ok(password)
 }
 

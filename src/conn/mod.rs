@@ -551,6 +551,19 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
         _ if err.is_io_error() || err.is_connection_dropped() => {
             fail_no_reply(NoReply::Dropped, err.to_string())
         }
+        ErrorKind::Parse if err.to_string().contains(resp::TOO_LARGE) => {
+            let text = err.to_string();
+            let what = text
+                .split_once(resp::TOO_LARGE)
+                .map_or("", |(_, what)| what.trim());
+            fail(
+                Failure::Unavailable,
+                format!(
+                    "not a Redis server, or not one to trust: it sent {} {what}",
+                    resp::TOO_LARGE
+                ),
+            )
+        }
         ErrorKind::Parse => fail(
             Failure::Unavailable,
             "not a Redis server: it answered with something that is not the Redis protocol",

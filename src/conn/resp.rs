@@ -22,8 +22,21 @@ use redis::{ParsingError, RedisError, RedisResult, Value};
 const MAX_DEPTH: usize = 100;
 /// A line (a header, a simple string, an error) longer than this is not from Redis.
 const MAX_LINE: usize = 64 * 1024;
-/// Redis's own limit on a bulk string (`proto-max-bulk-len`).
-const MAX_BULK: usize = 512 * 1024 * 1024;
+/// The longest bulk string redlock accepts. The longest it asks for is a record a script
+/// returns (a holder, a waiter, a history entry: a few hundred bytes, a `--note` of at most
+/// 500 bytes among them) or `INFO` (tens of KB): 4 MiB leaves two orders of magnitude of margin,
+/// where Redis's own limit (512 MiB) would let one reply take gigabytes.
+const MAX_BULK: usize = 4 * 1024 * 1024;
+/// The most bytes one reply may take on the wire. The largest reply redlock asks for is an
+/// `inspect` of 1,000 holders and 100 waiters, or a SCAN page of `list` (about 1,000 keys):
+/// a few MB at most.
+const MAX_REPLY: usize = 64 * 1024 * 1024;
+/// The most values one reply may hold, counting every element of every array in it (each
+/// costs memory beyond its bytes on the wire). The largest reply redlock asks for has a few
+/// thousand (see `MAX_REPLY`).
+const MAX_VALUES: usize = 1_000_000;
+/// What an error about a reply over those limits says (`classify` tells it apart).
+pub(super) const TOO_LARGE: &str = "a reply larger than any redlock asks for";
 /// Bytes asked of the stream per read.
 const READ_SIZE: usize = 8 * 1024;
 
@@ -35,6 +48,10 @@ pub(crate) struct Reader {
     start: usize,
     /// Arrays being filled: elements still expected, elements so far.
     open: Vec<(usize, Vec<Value>)>,
+    /// Bytes of the reply being read taken from `buffer` so far (see `MAX_REPLY`).
+    reply_bytes: usize,
+    /// Values the reply being read has announced so far (see `MAX_VALUES`).
+    reply_values: usize,
 }
 
 /// What one step over the buffer found.
@@ -61,6 +78,8 @@ impl Reader {
             match self.step()? {
                 Step::Value(value) => {
                     if let Some(reply) = self.complete(value) {
+                        self.reply_bytes = 0;
+                        self.reply_values = 0;
                         if self.start == self.buffer.len() {
                             self.buffer.clear();
                             self.start = 0;
@@ -149,10 +168,19 @@ impl Reader {
                 after_line,
             ),
             b':' => (Step::Value(Value::Int(integer(line)?)), after_line),
-            b'$' => match length(line, MAX_BULK)? {
+            b'$' => match length(line, usize::MAX)? {
                 None => (Step::Value(Value::Nil), after_line),
+                Some(size) if size > MAX_BULK => {
+                    return Err(too_large(&format!(
+                        "a string of {size} bytes; the limit is {MAX_BULK}"
+                    )));
+                }
                 Some(size) => {
                     let end = after_line + size;
+                    // Refused before it is read into memory.
+                    if self.reply_bytes + end + 2 > MAX_REPLY {
+                        return Err(too_large(&format!("more than {MAX_REPLY} bytes")));
+                    }
                     if unread.len() < end + 2 {
                         return Ok(Step::NeedMore);
                     }
@@ -170,12 +198,21 @@ impl Reader {
                     if self.open.len() >= MAX_DEPTH {
                         return Err(garbage("arrays nested too deep"));
                     }
+                    // Refused on the promise, before the elements are read.
+                    if count > MAX_VALUES - self.reply_values {
+                        return Err(too_large(&format!("more than {MAX_VALUES} values")));
+                    }
+                    self.reply_values += count;
                     self.open.push((count, Vec::with_capacity(count.min(1024))));
                     (Step::Opened, after_line)
                 }
             },
             _ => return Err(garbage("a byte that starts no RESP2 value")),
         };
+        self.reply_bytes += used;
+        if self.reply_bytes > MAX_REPLY {
+            return Err(too_large(&format!("more than {MAX_REPLY} bytes")));
+        }
         self.start += used;
         Ok(step)
     }
@@ -212,6 +249,11 @@ fn length(line: &[u8], max: usize) -> RedisResult<Option<usize>> {
     }
 }
 
+/// A reply over one of the limits above: the same kind as [`garbage`], told apart by its text.
+fn too_large(what: &str) -> RedisError {
+    ParsingError::from(format!("{TOO_LARGE} ({what})")).into()
+}
+
 /// A reply that is not RESP2: the crate's kind for it (`ErrorKind::Parse`), which redlock
 /// reports as "not a Redis server".
 fn garbage(what: &str) -> RedisError {
@@ -222,17 +264,20 @@ fn garbage(what: &str) -> RedisError {
 mod tests {
     use super::*;
 
+    /// A stream of `.0` delivered `.1` bytes per read.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.len().min(self.1).min(buffer.len());
+            buffer[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
     /// Reads every reply in `bytes`, delivered `chunk` bytes per read.
     fn replies(bytes: &[u8], chunk: usize) -> Vec<RedisResult<Value>> {
-        struct Trickle<'a>(&'a [u8], usize);
-        impl Read for Trickle<'_> {
-            fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-                let n = self.0.len().min(self.1).min(buffer.len());
-                buffer[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
-        }
         let mut stream = Trickle(bytes, chunk);
         let mut reader = Reader::new();
         let mut out = Vec::new();
@@ -293,6 +338,185 @@ mod tests {
         let endless = vec![b'+'; MAX_LINE + READ_SIZE + 1];
         let err = replies(&endless, READ_SIZE).remove(0).unwrap_err();
         assert_eq!(err.kind(), redis::ErrorKind::Parse);
+    }
+
+    /// An endless stream: `head`, then `body` over and over, `chunk` bytes at most per read.
+    /// Past the most bytes one reply may take (and a read's worth more) it fails the read
+    /// with `io::ErrorKind::Other`: a reader that gets there has not kept to its limits.
+    struct Endless {
+        head: Vec<u8>,
+        body: Vec<u8>,
+        chunk: usize,
+        at: usize,
+        /// Bytes handed out so far.
+        given: usize,
+    }
+
+    const BEYOND_THE_LIMITS: usize = MAX_REPLY + MAX_LINE + 2 * READ_SIZE;
+
+    impl Read for Endless {
+        fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+            if self.given > BEYOND_THE_LIMITS {
+                return Err(io::ErrorKind::Other.into());
+            }
+            let most = self.chunk.min(buffer.len());
+            let buffer = &mut buffer[..most];
+            let mut n = 0;
+            while n < buffer.len() {
+                let source = if self.at < self.head.len() {
+                    &self.head[self.at..]
+                } else if self.body.is_empty() {
+                    break;
+                } else {
+                    let offset = (self.at - self.head.len()) % self.body.len();
+                    &self.body[offset..]
+                };
+                let take = source.len().min(buffer.len() - n);
+                buffer[n..n + take].copy_from_slice(&source[..take]);
+                n += take;
+                self.at += take;
+            }
+            self.given += n;
+            Ok(n)
+        }
+    }
+
+    fn endless(head: &[u8], body: &[u8]) -> Endless {
+        Endless {
+            head: head.to_vec(),
+            body: body.to_vec(),
+            chunk: usize::MAX,
+            at: 0,
+            given: 0,
+        }
+    }
+
+    /// Issue 27, point 5: replies larger than any redlock asks for are refused as they come,
+    /// having read no more than the limits allow.
+    #[test]
+    fn a_reply_over_the_limits_is_refused_before_it_is_read() {
+        let bulk = format!("${MAX_BULK}\r\n{}\r\n", "x".repeat(MAX_BULK));
+        let cases = [
+            // A string over the limit: refused at its header.
+            endless(format!("*1\r\n${}\r\n", MAX_BULK + 1).as_bytes(), b"x"),
+            endless(b"$536870912\r\n", b"x"),
+            // An array promising too much, or arrays promising too much together.
+            endless(format!("*{}\r\n", MAX_VALUES + 1).as_bytes(), b":1\r\n"),
+            endless(b"*4294967296\r\n", b":1\r\n"),
+            endless(b"*1000\r\n*1000000\r\n", b":1\r\n"),
+            endless(b"*2\r\n*999999\r\n", b"*2\r\n:1\r\n:1\r\n"),
+            // Strings each within the limit, too many bytes together.
+            endless(b"*1000\r\n", bulk.as_bytes()),
+        ];
+        for mut stream in cases {
+            let Err(err) = Reader::new().read(&mut stream) else {
+                panic!("a reply from {:?}", String::from_utf8_lossy(&stream.head));
+            };
+            assert_eq!(err.kind(), redis::ErrorKind::Parse, "{err}");
+            assert!(err.to_string().contains(TOO_LARGE), "{err}");
+            assert!(stream.given <= BEYOND_THE_LIMITS, "read {}", stream.given);
+        }
+        // Just within the limits is a reply.
+        let mut wire = format!("*2\r\n{bulk}*{}\r\n", MAX_VALUES - 2).into_bytes();
+        wire.extend(b":1\r\n".repeat(MAX_VALUES - 2));
+        let reply = Reader::new().read(&mut &wire[..]).unwrap();
+        assert!(matches!(reply, Value::Array(elements) if elements.len() == 2));
+    }
+
+    /// A small deterministic PRNG (xorshift64*): the same inputs on every run.
+    struct Random(u64);
+
+    impl Random {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            usize::try_from(self.next() % n as u64).unwrap_or(0)
+        }
+    }
+
+    /// Issue 27, point 5: whatever bytes arrive, in whatever pieces, even without end, the
+    /// reader returns (a reply or an error, never a panic) within the limits: it never holds
+    /// more than one item and a read in its buffer, nor reads past the most one reply may take.
+    #[test]
+    fn arbitrary_bytes_in_arbitrary_pieces_end_in_bounded_memory() {
+        // Pieces of RESP, to get past the first byte more often than noise would.
+        let pieces: [&[u8]; 18] = [
+            b"*",
+            b"$",
+            b":",
+            b"+",
+            b"-",
+            b"\r\n",
+            b"-1",
+            b"0",
+            b"1",
+            b"3",
+            b"12",
+            b"999999",
+            b"4194305",
+            b"OK",
+            b"ERR x",
+            b"*1\r\n",
+            b"*1000\r\n",
+            b":1\r\n",
+        ];
+        // What repeats without end in some rounds: values and array headers.
+        let thousand = [&b"*1000\r\n"[..], &b":1\r\n".repeat(1000)].concat();
+        let tails: [&[u8]; 4] = [
+            b":1\r\n",
+            b"+OK\r\n",
+            &thousand,
+            b"*2\r\n$3\r\nabc\r\n*0\r\n",
+        ];
+        let mut random = Random(0x9E37_79B9_7F4A_7C15);
+        for round in 0..20_000 {
+            let mut head = Vec::new();
+            for _ in 0..random.below(40) {
+                if random.below(4) == 0 {
+                    head.push(u8::try_from(random.below(256)).unwrap_or(0));
+                } else {
+                    head.extend_from_slice(pieces[random.below(pieces.len())]);
+                }
+            }
+            let mut stream = endless(&head, b"");
+            stream.chunk = 1 + random.below(16);
+            if round % 400 == 0 {
+                // Arrays, then values (or more arrays) without end.
+                stream.head.clear();
+                for _ in 0..=random.below(2) {
+                    let length = [2, 1000, 999_999][random.below(3)];
+                    stream
+                        .head
+                        .extend_from_slice(format!("*{length}\r\n").as_bytes());
+                }
+                for _ in 0..=random.below(2) {
+                    stream
+                        .body
+                        .extend_from_slice(tails[random.below(tails.len())]);
+                }
+                stream.chunk = READ_SIZE;
+            }
+            let mut reader = Reader::new();
+            // Enough replies to end every input without end that keeps to the limits.
+            for _ in 0..1000 {
+                let reply = reader.read(&mut stream);
+                assert!(reader.buffer.len() <= MAX_BULK + MAX_LINE + READ_SIZE);
+                if reply.is_err() {
+                    break;
+                }
+            }
+            assert!(
+                stream.given <= BEYOND_THE_LIMITS,
+                "{:?} then {:?}... without end: read past the limits",
+                String::from_utf8_lossy(&stream.head),
+                String::from_utf8_lossy(&stream.body[..stream.body.len().min(40)])
+            );
+        }
     }
 
     #[test]

@@ -55,13 +55,18 @@ impl Tls {
         };
         let config = match (&options.cert, &options.key) {
             (Some(cert), Some(key)) => {
-                let chain = CertificateDer::pem_file_iter(cert)
-                    .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                let pem = read_pem(cert, "certificate chain")?;
+                let chain = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
                     .map_err(|err| bad_file(cert, &err.to_string()))?;
                 if chain.is_empty() {
                     return Err(bad_file(cert, "contains no certificate"));
                 }
-                let key = PrivateKeyDer::from_pem_file(key)
+                let mut pem = read_pem(key, "private key")?;
+                let parsed = PrivateKeyDer::from_pem_slice(&pem);
+                // The key's text is not left in memory once parsed.
+                pem.fill(0);
+                let key = parsed
                     .map_err(|err| bad_file(key, &format!("no private key in it ({err})")))?;
                 builder.with_client_auth_cert(chain, key).map_err(|err| {
                     fail(
@@ -162,6 +167,16 @@ pub(crate) fn classify_tls(err: &rustls::Error) -> anyhow::Error {
                     Hint::ServerName,
                 )
             }
+            // webpki's name for it, which rustls passes on only as text: a self-signed
+            // certificate with the CA flag (`openssl req -x509` sets it), trusted as its own CA.
+            CertificateError::Other(other)
+                if format!("{other:?}").contains("CaUsedAsEndEntity") =>
+            {
+                refused(
+                    "TLS: the server presents a CA certificate as its own".into(),
+                    Hint::ServerCertFromCa,
+                )
+            }
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => fail(
                 Failure::Auth,
                 format!("TLS: the server's certificate has expired ({problem})"),
@@ -194,8 +209,9 @@ fn trust_store(bundle: Option<&Path>) -> anyhow::Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     match bundle {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            let pem = read_pem(path, "CA bundle")?;
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|err| bad_file(path, &err.to_string()))?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
@@ -215,6 +231,14 @@ fn trust_store(bundle: Option<&Path>) -> anyhow::Result<rustls::RootCertStore> {
         }
     }
     Ok(roots)
+}
+
+/// The PEM text of `path`: a regular file of at most a few MiB (`what` it should hold names
+/// it in the error).
+fn read_pem(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    crate::files::open_regular(path)
+        .and_then(|opened| opened.read_all(crate::files::MAX_PEM, what))
+        .map_err(|why| bad_file(path, &why))
 }
 
 fn bad_file(path: &Path, why: &str) -> anyhow::Error {

@@ -22,26 +22,35 @@ use crate::exit::{Failure, fail};
 
 /// The byte stream under a connection.
 enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    Tcp(Timed<TcpStream>),
+    Unix(Timed<UnixStream>),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, Timed<TcpStream>>>),
 }
 
 impl Stream {
-    fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    /// Bounds each later write, and each later read while no deadline is armed.
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
-            Stream::Tcp(tcp) => {
-                tcp.set_read_timeout(timeout)?;
-                tcp.set_write_timeout(timeout)
-            }
-            Stream::Unix(unix) => {
-                unix.set_read_timeout(timeout)?;
-                unix.set_write_timeout(timeout)
-            }
-            Stream::Tls(tls) => {
-                tls.sock.set_read_timeout(timeout)?;
-                tls.sock.set_write_timeout(timeout)
-            }
+            Stream::Tcp(tcp) => tcp.set_timeout(timeout),
+            Stream::Unix(unix) => unix.set_timeout(timeout),
+            Stream::Tls(tls) => tls.sock.set_timeout(timeout),
+        }
+    }
+
+    /// The socket's reads, however many, end by `deadline` until [`Self::disarm`].
+    fn arm(&mut self, deadline: Instant) {
+        match self {
+            Stream::Tcp(tcp) => tcp.arm(deadline),
+            Stream::Unix(unix) => unix.arm(deadline),
+            Stream::Tls(tls) => tls.sock.arm(deadline),
+        }
+    }
+
+    fn disarm(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(tcp) => tcp.disarm(),
+            Stream::Unix(unix) => unix.disarm(),
+            Stream::Tls(tls) => tls.sock.disarm(),
         }
     }
 }
@@ -59,18 +68,120 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(tcp) => tcp.write(bytes),
-            Stream::Unix(unix) => unix.write(bytes),
+            Stream::Tcp(tcp) => tcp.socket.write(bytes),
+            Stream::Unix(unix) => unix.socket.write(bytes),
             Stream::Tls(tls) => tls.write(bytes),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Stream::Tcp(tcp) => tcp.flush(),
-            Stream::Unix(unix) => unix.flush(),
+            Stream::Tcp(tcp) => tcp.socket.flush(),
+            Stream::Unix(unix) => unix.socket.flush(),
             Stream::Tls(tls) => tls.flush(),
         }
+    }
+}
+
+/// A socket's timeouts (TCP and Unix sockets have the same methods, but no common trait).
+trait Socket: Read + Write {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl Socket for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+}
+
+impl Socket for UnixStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, timeout)
+    }
+}
+
+/// A socket whose reads can be held to one deadline. The socket's own timeout bounds each
+/// read, and a server that sends a reply a byte at a time, each within it, would hold a
+/// request for as long as it likes; while a deadline is armed, each read after the first waits
+/// only for what is left of it. (The first needs nothing: the standing timeout, which the
+/// deadline is armed with, bounds it. A reply that comes in one read, nearly all of them,
+/// costs no system call more.) Under TLS it sits below rustls, whose one read may be many.
+struct Timed<S> {
+    socket: S,
+    /// The read timeout the socket has while no deadline is armed.
+    standing: Option<Duration>,
+    deadline: Option<Instant>,
+    /// Reads since the deadline was armed.
+    reads: u32,
+    /// The socket's read timeout is not `standing` (a deadline shortened it).
+    shortened: bool,
+}
+
+impl<S: Socket> Timed<S> {
+    fn new(socket: S) -> Self {
+        Self {
+            socket,
+            standing: None,
+            deadline: None,
+            reads: 0,
+            shortened: false,
+        }
+    }
+
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.socket.set_read_timeout(timeout)?;
+        self.socket.set_write_timeout(timeout)?;
+        self.standing = timeout;
+        self.shortened = false;
+        Ok(())
+    }
+
+    fn arm(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+        self.reads = 0;
+    }
+
+    fn disarm(&mut self) -> io::Result<()> {
+        self.deadline = None;
+        if self.shortened {
+            self.socket.set_read_timeout(self.standing)?;
+            self.shortened = false;
+        }
+        Ok(())
+    }
+}
+
+impl<S: Socket> Read for Timed<S> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        if let Some(deadline) = self.deadline {
+            if self.reads > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                self.socket.set_read_timeout(Some(left))?;
+                self.shortened = true;
+            }
+            self.reads = self.reads.saturating_add(1);
+        }
+        self.socket.read(buffer)
+    }
+}
+
+impl<S: Socket> Write for Timed<S> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.socket.write(bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.socket.flush()
     }
 }
 
@@ -83,6 +194,8 @@ pub(crate) struct Connection {
     /// What TLS said when the stream failed: a server that refuses the client certificate
     /// says so only after the client's side of the handshake, on the first read.
     tls_error: Option<rustls::Error>,
+    /// The bound on one request (see [`Self::set_timeout`]).
+    timeout: Duration,
 }
 
 impl Connection {
@@ -102,7 +215,7 @@ impl Connection {
         let stream = match address {
             Address::Unix(path) => {
                 let unix = UnixStream::connect(path).map_err(|err| unreachable(&err, timeout))?;
-                Stream::Unix(unix)
+                Stream::Unix(Timed::new(unix))
             }
             Address::Tcp { host, port } => {
                 let tcp =
@@ -110,11 +223,13 @@ impl Connection {
                 tcp.set_nodelay(true)
                     .map_err(|err| unreachable(&err, timeout))?;
                 match tls {
-                    None => Stream::Tcp(tcp),
+                    None => Stream::Tcp(Timed::new(tcp)),
                     Some(tls) => {
-                        tcp.set_read_timeout(Some(left()))
-                            .and_then(|()| tcp.set_write_timeout(Some(left())))
+                        let mut tcp = Timed::new(tcp);
+                        tcp.set_timeout(Some(left()))
                             .map_err(|err| unreachable(&err, timeout))?;
+                        // However many reads the handshake takes.
+                        tcp.arm(deadline);
                         let session = tls.session(host)?;
                         let mut stream = rustls::StreamOwned::new(session, tcp);
                         // The handshake now, inside the connect timeout; its errors say what
@@ -130,42 +245,46 @@ impl Connection {
                                 ));
                             }
                         }
+                        stream
+                            .sock
+                            .disarm()
+                            .map_err(|err| unreachable(&err, timeout))?;
                         Stream::Tls(Box::new(stream))
                     }
                 }
             }
         };
-        let connection = Self {
+        let mut connection = Self {
             stream,
             reader: Reader::new(),
             broken: false,
             tls_error: None,
+            timeout,
         };
         connection
-            .stream
-            .set_timeout(Some(left()))
+            .set_timeout(left())
             .map_err(|err| unreachable(&err, timeout))?;
         Ok(connection)
     }
 
-    /// Bounds each later read and write.
-    pub(crate) fn set_timeout(&self, timeout: Duration) -> io::Result<()> {
-        self.stream
-            .set_timeout(Some(timeout.max(Duration::from_millis(1))))
+    /// Bounds each later request: each write, and all the reads of its reply together.
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        self.stream.set_timeout(Some(self.timeout))
     }
 
     /// Reads the next message the server pushes (Pub/Sub), within the timeout in force.
     pub(crate) fn next_push(&mut self) -> RedisResult<Value> {
-        self.receive()
+        self.within_timeout(Self::receive)
     }
 
     /// A handle that can end this connection from another thread: a read blocked on it
     /// returns at once.
     pub(crate) fn closer(&self) -> io::Result<Closer> {
         Ok(match &self.stream {
-            Stream::Tcp(tcp) => Closer::Tcp(tcp.try_clone()?),
-            Stream::Unix(unix) => Closer::Unix(unix.try_clone()?),
-            Stream::Tls(tls) => Closer::Tcp(tls.sock.try_clone()?),
+            Stream::Tcp(tcp) => Closer::Tcp(tcp.socket.try_clone()?),
+            Stream::Unix(unix) => Closer::Unix(unix.socket.try_clone()?),
+            Stream::Tls(tls) => Closer::Tcp(tls.sock.socket.try_clone()?),
         })
     }
 
@@ -184,6 +303,21 @@ impl Connection {
             self.tls_error = super::tls::rustls_error(err).cloned();
         }
         Ok(sent?)
+    }
+
+    /// Runs `exchange` (a request and its reply, or replies) with every read ending by one
+    /// deadline, the timeout from now.
+    fn within_timeout<T>(
+        &mut self,
+        exchange: impl FnOnce(&mut Self) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        self.stream.arm(Instant::now() + self.timeout);
+        let result = exchange(self);
+        if self.stream.disarm().is_err() {
+            // The socket keeps a shorter timeout than the next request is owed.
+            self.broken = true;
+        }
+        result
     }
 
     fn receive(&mut self) -> RedisResult<Value> {
@@ -216,8 +350,10 @@ impl Closer {
 
 impl ConnectionLike for Connection {
     fn req_packed_command(&mut self, command: &[u8]) -> RedisResult<Value> {
-        self.send(command)?;
-        self.receive()
+        self.within_timeout(|con| {
+            con.send(command)?;
+            con.receive()
+        })
     }
 
     fn req_packed_commands(
@@ -226,15 +362,17 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        self.send(commands)?;
-        let mut replies = Vec::with_capacity(count);
-        for index in 0..offset + count {
-            let reply = self.receive()?;
-            if index >= offset {
-                replies.push(reply);
+        self.within_timeout(|con| {
+            con.send(commands)?;
+            let mut replies = Vec::with_capacity(count);
+            for index in 0..offset + count {
+                let reply = con.receive()?;
+                if index >= offset {
+                    replies.push(reply);
+                }
             }
-        }
-        Ok(replies)
+            Ok(replies)
+        })
     }
 
     fn get_db(&self) -> i64 {
