@@ -44,6 +44,41 @@ fn a_master_that_is_a_replica_is_looked_up_again_after_a_pause() {
     );
 }
 
+/// Issue 23, no retry without backoff: a waiter whose sentinel answers every question with an
+/// error (here a plain redis-server, which knows no SENTINEL command) asks again after a pause
+/// that doubles from 200 ms to 2 s: a handful of questions while the wait lasts, where asking
+/// again at once would make thousands.
+#[test]
+fn a_waiter_whose_sentinel_answers_with_an_error_asks_again_gently() {
+    let not_a_sentinel = RedisServer::start();
+    let errors = not_a_sentinel.stat("total_error_replies");
+    let connections = not_a_sentinel.stat("total_connections_received");
+    let out = Redlock::new(&["acquire", "--key", "k", "--ttl", "5s", "--wait", "3s"])
+        .env(
+            "REDLOCK_URL",
+            &format!(
+                "redis+sentinel://127.0.0.1:{}/{SERVICE}",
+                not_a_sentinel.port
+            ),
+        )
+        .run();
+    // Less the test's own INFO connection.
+    let connections = not_a_sentinel.stat("total_connections_received") - connections - 1;
+    let errors = not_a_sentinel.stat("total_error_replies") - errors;
+    out.code(69).stderr_contains("unknown command");
+    // At 0, 0.2, 0.6, 1.4 and 3 s (less up to a quarter at random).
+    assert!(
+        (3..=8).contains(&errors),
+        "{errors} error replies in {:?}",
+        out.elapsed
+    );
+    assert!(
+        connections <= 8,
+        "{connections} connections in {:?}",
+        out.elapsed
+    );
+}
+
 #[test]
 fn the_master_is_found_through_the_sentinels() {
     let set = Sentinels::start();
