@@ -672,7 +672,9 @@ fn a_waiter_whose_rounds_are_refused_tries_again_gently() {
     for server in &masters.servers[..2] {
         server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
     }
-    // Two script calls a round on each master (on a refusing one, each on a fresh connection).
+    // At most 5 rounds in 3 s, two script calls each on every master (on a refusing one, each
+    // on a fresh connection), and the first call of each script twice (NOSCRIPT, then whole):
+    // 12 at most.
     let (scripts, connections) = refused;
     assert!(
         scripts <= 14,

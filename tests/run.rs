@@ -404,6 +404,8 @@ fn renewals_answered_with_an_error_are_retried_gently() {
     out.code(125)
         .stderr_contains("too few replicas")
         .stderr_contains("renewals not confirmed");
+    // Renewals at 2, 2.5, 3, 3.5 and 4 s, and the release; the first call of each script is
+    // sent twice (NOSCRIPT, then whole): 8.
     assert!(scripts <= 10, "{scripts} script calls:\n{}", out.stderr);
     assert!(
         connections <= 10,
