@@ -68,9 +68,12 @@ pub(crate) fn keep(
     let inbox: Inbox<'_, Renewed> = Inbox::new(signals)?;
     let worker = Worker::start("renewal")?;
     let key = printable(lock.name.as_str());
-    // The lease as last confirmed; unknown until the first renewal, which goes out at once.
-    let mut window: Option<crate::schedule::Window> = None;
-    let mut renew_at = BootInstant::now();
+    // The lease as last confirmed. Until the first renewal (which goes out at once) confirms
+    // it, the acquisition's lease, which began before this process did: if no renewal gets
+    // through by its end, keeping is over, not retried until --max-hold.
+    let started = BootInstant::now();
+    let mut window = keep.plan.window(Confirmed::Sent(started));
+    let mut renew_at = started;
     let mut in_flight = false;
     let mut session: Option<Session> = None;
     loop {
@@ -88,19 +91,15 @@ pub(crate) fn keep(
             release(store, lock, token, log);
             return Ok(Ended::PidGone);
         }
-        if let Some(window) = window
-            && now >= window.valid_until
-        {
+        if now >= window.valid_until {
             return Ok(Ended::Lapsed);
         }
         if !in_flight && now >= renew_at {
             in_flight = true;
-            let timeout = window.map_or(keep.plan.request_timeout, |window| {
-                window
-                    .request_timeout
-                    .min(window.valid_until.since(now))
-                    .max(Duration::from_millis(10))
-            });
+            let timeout = window
+                .request_timeout
+                .min(window.valid_until.since(now))
+                .max(Duration::from_millis(10));
             let (store, lock, token, ttl) =
                 (store.clone(), lock.clone(), token.clone(), keep.plan.ttl);
             let replicas = keep.replicas.map(|count| Replicas::within(count, timeout));
@@ -115,9 +114,7 @@ pub(crate) fn keep(
         if !in_flight {
             wake = wake.min(renew_at);
         }
-        if let Some(window) = window {
-            wake = wake.min(window.valid_until);
-        }
+        wake = wake.min(window.valid_until);
         if keep.while_pid.is_some() {
             wake = wake.min(now + PID_POLL);
         }
@@ -130,9 +127,8 @@ pub(crate) fn keep(
                 in_flight = false;
                 match result {
                     Ok((true, renewed)) => {
-                        let confirmed = keep.plan.window(Confirmed::Sent(sent));
-                        window = Some(confirmed);
-                        renew_at = confirmed.renew_at;
+                        window = keep.plan.window(Confirmed::Sent(sent));
+                        renew_at = window.renew_at;
                         session = renewed;
                         log.step(format_args!("renewed lock '{key}'"));
                     }

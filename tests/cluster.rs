@@ -141,6 +141,100 @@ fn every_command_works_on_a_cluster() {
     assert_eq!(listed, names, "list missed locks on other masters");
 }
 
+/// Issue 23, no retry without backoff: a slot stuck half-migrated (MIGRATING, with some of
+/// the lock's keys there and others not) answers every script with TRYAGAIN. A request tries
+/// again after 50 ms, doubling, at most 5 times, then fails (69): about 3 refusals a second,
+/// where retrying at once sends them all within 10 ms.
+#[test]
+fn a_slot_that_answers_tryagain_is_retried_gently() {
+    let cluster = Cluster::start(0);
+    // The fence counter and the history stay after a release; the holders do not.
+    let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
+    out.code(0);
+    redlock(
+        &cluster,
+        &["release", "--key", "k", "--token", out.stdout.trim()],
+    )
+    .run()
+    .code(0);
+    let owner = cluster.node_of("redlock:{k}:holders");
+    let other = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port != owner.port)
+        .unwrap();
+    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
+    owner.cmd::<()>(&[
+        "CLUSTER",
+        "SETSLOT",
+        &slot.to_string(),
+        "MIGRATING",
+        &Cluster::id(other),
+    ]);
+    let errors = owner.stat("total_error_replies");
+    let connections = owner.stat("total_connections_received");
+    let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
+    // Less the test's own INFO connection.
+    let connections = owner.stat("total_connections_received") - connections - 1;
+    let errors = owner.stat("total_error_replies") - errors;
+    out.code(69).stderr_contains("TRYAGAIN");
+    assert!(
+        errors >= 5,
+        "{errors} error replies: not what this test is about"
+    );
+    let per_second = errors as f64 / out.elapsed.as_secs_f64();
+    assert!(
+        per_second <= 5.0,
+        "{errors} error replies in {:?}",
+        out.elapsed
+    );
+    assert!(
+        connections <= 6,
+        "{connections} connections in {:?}",
+        out.elapsed
+    );
+}
+
+/// Issue 23, no retry without backoff: two masters that disagree about a slot's owner (each
+/// names the other: a reconfiguration under way, made here with CLUSTER SETSLOT ... NODE on
+/// the owner) send a request back and forth. Each MOVED after the first is followed after a
+/// pause that doubles, 100 ms to 800 ms, and after 5 redirections the request fails (69):
+/// about 4 a second, where following at once makes all 6 requests within 10 ms.
+#[test]
+fn masters_that_send_a_request_back_and_forth_are_followed_gently() {
+    let cluster = Cluster::start(0);
+    let owner = cluster.node_of("redlock:{k}:holders");
+    let other = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port != owner.port)
+        .unwrap();
+    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
+    owner.cmd::<()>(&[
+        "CLUSTER",
+        "SETSLOT",
+        &slot.to_string(),
+        "NODE",
+        &Cluster::id(other),
+    ]);
+    let redirected = || owner.stat("total_error_replies") + other.stat("total_error_replies");
+    let errors = redirected();
+    let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
+    let errors = redirected() - errors;
+    out.code(69)
+        .one_line_error("more than 5 redirections in the Cluster");
+    assert!(
+        errors >= 5,
+        "{errors} redirections: not what this test is about"
+    );
+    let per_second = errors as f64 / out.elapsed.as_secs_f64();
+    assert!(
+        per_second <= 5.0,
+        "{errors} redirections in {:?}",
+        out.elapsed
+    );
+}
+
 /// `run` holds a lock while its slot moves to another master: renewals follow MOVED (and ASK
 /// while keys move), the lock moves with its keys, and nobody else gets it.
 #[test]

@@ -700,6 +700,55 @@ fn the_keeper_keeps_none_of_the_callers_descriptors() {
     );
 }
 
+/// Issue 23, no retry without backoff: a keeper whose every renewal is answered with an error
+/// (a server whose EVALSHA and EVAL are renamed away) retries every ttl/12, at most 500 ms
+/// apart, and ends (125) once the lease it was started on could have lapsed. It used to retry
+/// on until --max-hold (an hour by default), on a lease long gone. Started here as `acquire
+/// --keep-alive` starts it, with the token of a lock taken elsewhere.
+#[test]
+fn a_keeper_whose_renewals_are_refused_retries_gently_and_ends_with_the_lease() {
+    let server = RedisServer::start();
+    let refusing = RedisServer::start_with(&[
+        "--rename-command",
+        "EVALSHA",
+        "",
+        "--rename-command",
+        "EVAL",
+        "",
+    ]);
+    let out = server
+        .redlock(&["acquire", "--key", "kept", "--ttl", "3s"])
+        .run();
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    let errors = refusing.stat("total_error_replies");
+    let connections = refusing.stat("total_connections_received");
+    let keeper = refusing
+        .redlock(&[
+            "keep-alive",
+            "--key",
+            "kept",
+            "--ttl",
+            "3s",
+            "--max-hold",
+            "1h",
+        ])
+        .env("REDLOCK_TOKEN", &token)
+        .spawn();
+    let out = keeper.wait(Duration::from_secs(10));
+    // Less the test's own INFO connection.
+    let connections = refusing.stat("total_connections_received") - connections - 1;
+    let errors = refusing.stat("total_error_replies") - errors;
+    out.code(125).stderr_contains("unknown command");
+    // Every 250 ms for the 3 s lease: 12.
+    assert!(errors <= 16, "{errors} error replies:\n{}", out.stderr);
+    assert!(
+        connections <= 16,
+        "{connections} connections:\n{}",
+        out.stderr
+    );
+}
+
 /// Fences keep rising when the fence counter is lost (deleted, flushed, evicted, a restart
 /// without persistence): a missing counter starts from the server's clock in microseconds.
 #[test]

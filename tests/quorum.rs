@@ -600,6 +600,101 @@ fn the_minimal_acl_suffices_without_pubsub() {
     );
 }
 
+/// Script calls (refused ones included) and connections `server` receives while `during`
+/// runs, less the one connection this takes to read them.
+fn requests_during(server: &RedisServer, during: impl FnOnce()) -> (u64, u64) {
+    let scripts = server.calls(&["evalsha", "eval"]);
+    let connections = server.stat("total_connections_received");
+    during();
+    let connections = server.stat("total_connections_received") - connections - 1;
+    (server.calls(&["evalsha", "eval"]) - scripts, connections)
+}
+
+/// Issue 23, no retry without backoff: a master that answers SUBSCRIBE with an error (renamed
+/// away, as some hardened servers do) gets its release listener back at most once a second,
+/// and the waiter, without notices from it, makes a round a second. It used to be 1 s apart
+/// too: this pins it (without the pause, a listener reconnects thousands of times in 3 s).
+#[test]
+fn a_waiter_whose_subscription_is_refused_listens_and_looks_gently() {
+    let masters = Masters {
+        servers: vec![
+            RedisServer::start_with(&["--rename-command", "SUBSCRIBE", ""]),
+            RedisServer::start(),
+            RedisServer::start(),
+        ],
+    };
+    let holder = masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "30s"])
+        .run();
+    holder.code(0);
+    let token = holder.stdout.trim().to_owned();
+    let mut waiter = None;
+    let (scripts, connections) = requests_during(&masters.servers[0], || {
+        waiter = Some(
+            masters
+                .redlock(&["acquire", "--key", "q", "--ttl", "10s", "--wait", "30s"])
+                .spawn(),
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    // A listener's connection a second, and one kept for the rounds: a round at once, one
+    // 100 ms later, then one a second.
+    assert!(connections <= 6, "{connections} connections in 3 s");
+    assert!(scripts <= 7, "{scripts} script calls in 3 s");
+    masters
+        .redlock(&["release", "--key", "q", "--token", &token])
+        .run()
+        .code(0);
+    let out = waiter.unwrap().wait(Duration::from_secs(10));
+    out.code(0);
+}
+
+/// Issue 23, no retry without backoff: a waiter whose rounds a majority of masters answers
+/// with an error (NOREPLICAS) tries again after a pause that doubles from 200 ms to 2 s (a
+/// round is the acquire script on every master and the give-back on each): about 5 rounds
+/// in 3 s, where retrying at once would make thousands.
+#[test]
+fn a_waiter_whose_rounds_are_refused_tries_again_gently() {
+    let masters = Masters::start(3);
+    for server in &masters.servers[..2] {
+        server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    }
+    let mut waiter = None;
+    let mut refused = (0, 0);
+    let granting = requests_during(&masters.servers[2], || {
+        refused = requests_during(&masters.servers[0], || {
+            waiter = Some(
+                masters
+                    .redlock(&["acquire", "--key", "q", "--ttl", "10s", "--wait", "30s"])
+                    .spawn(),
+            );
+            std::thread::sleep(Duration::from_secs(3));
+        });
+    });
+    for server in &masters.servers[..2] {
+        server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    }
+    // At most 5 rounds in 3 s, two script calls each on every master (on a refusing one, each
+    // on a fresh connection), and the first call of each script twice (NOSCRIPT, then whole):
+    // 12 at most.
+    let (scripts, connections) = refused;
+    assert!(
+        scripts <= 14,
+        "{scripts} script calls in 3 s on a refusing master"
+    );
+    assert!(
+        connections <= 14,
+        "{connections} connections in 3 s to a refusing master"
+    );
+    let (scripts, _) = granting;
+    assert!(
+        scripts <= 14,
+        "{scripts} script calls in 3 s on the granting master"
+    );
+    let out = waiter.unwrap().wait(Duration::from_secs(10));
+    out.code(0).stderr_contains("too few replicas");
+}
+
 /// Each URL may be any kind redlock supports: here a quorum mixing TLS and plain masters.
 #[test]
 fn a_quorum_mixes_tls_and_plain_masters() {

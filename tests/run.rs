@@ -377,6 +377,43 @@ fn a_hung_server_stops_the_command_before_the_lease_lapses() {
     out.code(125).stderr_contains("renewals not confirmed");
 }
 
+/// Issue 23, no retry without backoff: a renewal answered with an error (NOREPLICAS: writes
+/// need a replica the server does not have) is retried every ttl/12, at most 500 ms apart, on
+/// a fresh connection, until the command is stopped before the lease can lapse. With a 6 s
+/// lease: renewals from 2 s on, SIGTERM at about 4.3 s, then the release: a handful of
+/// requests, where retrying at once would send thousands.
+#[test]
+fn renewals_answered_with_an_error_are_retried_gently() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("refused-renewals");
+    let running = server
+        .redlock(&run_args(
+            "6s",
+            &trapping_probe(dir.path(), "TERM", "exit 1"),
+        ))
+        .spawn();
+    wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+    server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    let scripts = server.calls(&["evalsha", "eval"]);
+    let connections = server.stat("total_connections_received");
+    let out = running.wait(Duration::from_secs(15));
+    // Less the test's own INFO connection.
+    let connections = server.stat("total_connections_received") - connections - 1;
+    let scripts = server.calls(&["evalsha", "eval"]) - scripts;
+    server.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    out.code(125)
+        .stderr_contains("too few replicas")
+        .stderr_contains("renewals not confirmed");
+    // Renewals at 2, 2.5, 3, 3.5 and 4 s, and the release; the first call of each script is
+    // sent twice (NOSCRIPT, then whole): 8.
+    assert!(scripts <= 10, "{scripts} script calls:\n{}", out.stderr);
+    assert!(
+        connections <= 10,
+        "{connections} connections:\n{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_stopped_or_killed_server_stops_the_command_with_125() {
     for how in ["STOP", "KILL"] {

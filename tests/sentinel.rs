@@ -7,7 +7,77 @@ use std::time::Duration;
 
 use crate::bad_input::MINIMAL_ACL;
 use crate::util::sentinel::{SERVICE, Sentinels};
-use crate::util::{Redlock, TempDir, send_signal, wait_for_file, wait_until};
+use crate::util::{
+    RedisServer, Redlock, TempDir, free_port, send_signal, wait_for_file, wait_until,
+};
+
+/// Issue 23, no retry without backoff: a sentinel that names a replica as the master (stale,
+/// or a failover under way) is asked again after 100 ms, then 200 ms, and then the request
+/// fails (69), instead of three lookups back to back that would get the same answer.
+#[test]
+fn a_master_that_is_a_replica_is_looked_up_again_after_a_pause() {
+    let dir = TempDir::new("stale-sentinel");
+    // A replica of a server that is not there: ROLE says so for as long as the test lasts.
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &free_port().to_string()]);
+    let config = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &config,
+        format!("sentinel monitor {SERVICE} 127.0.0.1 {} 1\n", replica.port),
+    )
+    .unwrap();
+    let sentinel = RedisServer::start_sentinel(&config);
+    let roles = replica.calls(&["role"]);
+    let out = Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+        .env(
+            "REDLOCK_URL",
+            &format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port),
+        )
+        .run();
+    let roles = replica.calls(&["role"]) - roles;
+    out.code(69).one_line_error("a failover may be under way");
+    assert_eq!(roles, 3, "ROLE asked {roles} times");
+    // Back to back, the three lookups take a few milliseconds.
+    assert!(
+        out.elapsed >= Duration::from_millis(300),
+        "three lookups in {:?}",
+        out.elapsed
+    );
+}
+
+/// Issue 23, no retry without backoff: a waiter whose sentinel answers every question with an
+/// error (here a plain redis-server, which knows no SENTINEL command) asks again after a pause
+/// that doubles from 200 ms to 2 s: a handful of questions while the wait lasts, where asking
+/// again at once would make thousands.
+#[test]
+fn a_waiter_whose_sentinel_answers_with_an_error_asks_again_gently() {
+    let not_a_sentinel = RedisServer::start();
+    let errors = not_a_sentinel.stat("total_error_replies");
+    let connections = not_a_sentinel.stat("total_connections_received");
+    let out = Redlock::new(&["acquire", "--key", "k", "--ttl", "5s", "--wait", "3s"])
+        .env(
+            "REDLOCK_URL",
+            &format!(
+                "redis+sentinel://127.0.0.1:{}/{SERVICE}",
+                not_a_sentinel.port
+            ),
+        )
+        .run();
+    // Less the test's own INFO connection.
+    let connections = not_a_sentinel.stat("total_connections_received") - connections - 1;
+    let errors = not_a_sentinel.stat("total_error_replies") - errors;
+    out.code(69).stderr_contains("unknown command");
+    // At 0, 0.2, 0.6, 1.4 and 3 s (less up to a quarter at random).
+    assert!(
+        (3..=8).contains(&errors),
+        "{errors} error replies in {:?}",
+        out.elapsed
+    );
+    assert!(
+        connections <= 8,
+        "{connections} connections in {:?}",
+        out.elapsed
+    );
+}
 
 #[test]
 fn the_master_is_found_through_the_sentinels() {

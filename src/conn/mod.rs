@@ -303,7 +303,9 @@ impl Session {
 
     /// Runs one request; a failure becomes an error with the right outcome and the server
     /// named. In a Cluster, a request for a slot another node serves is sent again there
-    /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran.
+    /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran. A
+    /// TRYAGAIN, or a second MOVED, is followed after a pause of 50 ms doubled for each
+    /// redirection so far (at most 800 ms).
     pub(crate) fn run<T>(
         &mut self,
         mut request: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
@@ -316,6 +318,11 @@ impl Session {
             let follow = self.cluster && redirection < MAX_REDIRECTIONS;
             match (err.kind(), err.redirect_node()) {
                 (ErrorKind::Server(ServerErrorKind::Moved), Some((node, _))) if follow => {
+                    // Moved again: the nodes disagree about the slot's owner for now (a
+                    // reconfiguration under way), and would send it back and forth at once.
+                    if redirection > 0 {
+                        std::thread::sleep(Duration::from_millis(50 << redirection));
+                    }
                     let address = self.node_address(node)?;
                     let moved = self.dial.open(&address, self.dial.connect_timeout)?;
                     self.con = moved.con;
@@ -332,6 +339,12 @@ impl Session {
                 // A multi-key request during a slot's migration: soon answered elsewhere.
                 (ErrorKind::Server(ServerErrorKind::TryAgain), _) if follow => {
                     std::thread::sleep(Duration::from_millis(50 << redirection));
+                }
+                // Redirected once too often: says so, rather than quote the last redirection.
+                (ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask), Some(_))
+                    if self.cluster =>
+                {
+                    break;
                 }
                 _ => return Err(self.explain(&err)),
             }

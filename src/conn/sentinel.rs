@@ -1,8 +1,9 @@
 //! Redis Sentinel: finding the current master of a service by asking the sentinels in turn,
 //! each within the connect timeout. The master found is checked with ROLE (a sentinel may
-//! still name a master that has just been demoted); a replica means asking again. Each new
-//! connection discovers afresh, so a renewal or a waiter that meets a dead or demoted master
-//! (connection refused, READONLY) finds the new one on its next attempt.
+//! still name a master that has just been demoted); a replica means asking again, a few times,
+//! after a pause that doubles. Each new connection discovers afresh, so a renewal or a waiter
+//! that meets a dead or demoted master (connection refused, READONLY) finds the new one on its
+//! next attempt.
 //!
 //! Sentinels may need credentials of their own: the user from the URL's `sentinel_user`
 //! parameter, the password from REDLOCK_SENTINEL_PASSWORD (never the master's: sentinels are
@@ -25,7 +26,11 @@ pub(crate) struct Sentinels {
 }
 
 /// How many times a master that turns out to be a replica is looked up again.
-const LOOKUPS: usize = 3;
+const LOOKUPS: u32 = 3;
+
+/// The pause before looking up again, doubling each time: the sentinels need a moment to
+/// learn of a failover, and asking again at once gets the same stale answer.
+const LOOKUP_PAUSE: Duration = Duration::from_millis(100);
 
 impl Sentinels {
     /// The master's address according to the first sentinel that knows it, checked on
@@ -37,7 +42,11 @@ impl Sentinels {
         open: impl Fn(&Address) -> anyhow::Result<Session>,
     ) -> anyhow::Result<Session> {
         let mut last = None;
-        for _ in 0..LOOKUPS {
+        for lookup in 0..LOOKUPS {
+            if lookup > 0 {
+                // Bounded by the connect timeout, as each step of the lookup is.
+                std::thread::sleep(LOOKUP_PAUSE.saturating_mul(1 << (lookup - 1)).min(timeout));
+            }
             let master = self.ask(dial, timeout)?;
             let mut session = open(&master)?;
             match session.role() {

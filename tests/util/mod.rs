@@ -221,6 +221,34 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("{args:?}: {err}\nserver log:\n{}", self.log()))
     }
 
+    /// A counter of INFO stats (`total_connections_received`, `total_error_replies`, ...).
+    /// Each call is a connection of its own, which counts in `total_connections_received`.
+    pub fn stat(&self, field: &str) -> u64 {
+        let info: String = self.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in INFO stats:\n{info}"))
+    }
+
+    /// How many times the server ran or refused any of `commands` (lower case) since it
+    /// started or its statistics were reset (INFO commandstats: calls and rejected calls).
+    pub fn calls(&self, commands: &[&str]) -> u64 {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        let count = |stats: &str, name: &str| -> u64 {
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        info.lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+            .filter(|(command, _)| commands.contains(command))
+            .map(|(_, stats)| count(stats, "calls") + count(stats, "rejected_calls"))
+            .sum()
+    }
+
     /// Every key in the server, sorted.
     pub fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.cmd(&["KEYS", "*"]);
