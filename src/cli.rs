@@ -413,6 +413,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
     pub min_hold: Option<Duration>,
 
+    /// Record only the program's name, not its arguments, in the lock's holder record and
+    /// history
+    ///
+    /// The command line is recorded (its first 256 bytes) for `inspect`, `list` and `history`,
+    /// where every Redis user with access to the lock's keys can read it for 30 days. Use this
+    /// when arguments carry something private; better still, pass secrets in the environment.
+    #[arg(long, help_heading = "Command")]
+    pub hide_arguments: bool,
+
     /// Run STRING with `sh -c` instead of a command given as arguments
     #[arg(
         short = 'c',

@@ -239,6 +239,33 @@ fn the_history_says_why_a_hold_ended() {
         .code(64);
 }
 
+/// Issue 27: the first 256 bytes of every command stay in the history for 30 days, readable
+/// by every Redis user with access to the keys. `run --hide-arguments` records the program
+/// alone.
+#[test]
+fn hide_arguments_keeps_them_out_of_redis() {
+    let server = RedisServer::start();
+    let monitor = server.monitor();
+    server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--hide-arguments",
+            "--",
+            "true",
+            "--password=hunter2",
+        ])
+        .run()
+        .code(0);
+    let calls = monitor.stop_after_all(&server);
+    assert!(
+        calls.iter().all(|(_, call)| !call.contains("hunter2")),
+        "the arguments reached Redis: {calls:?}"
+    );
+    assert_eq!(history(&server)[0]["command"], "true …");
+}
+
 #[test]
 fn hand_overs_are_recorded_and_the_history_is_capped() {
     let server = RedisServer::start();

@@ -34,7 +34,11 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         &args.lock,
         &lock.name,
         plan.ttl,
-        &command_line(&argv),
+        &if args.hide_arguments {
+            recorded_program(&argv)
+        } else {
+            command_line(&argv)
+        },
     )?;
     // A lock handed over is taken on its grant, unless replicas must acknowledge it: then the
     // script call that claims it is followed by WAIT.
@@ -120,6 +124,16 @@ fn plan(context: &Context, args: &RunArgs) -> anyhow::Result<Plan> {
         ));
     }
     Ok(plan)
+}
+
+/// The program alone, for `--hide-arguments`: `psql …` (an ellipsis when there were arguments).
+fn recorded_program(argv: &[OsString]) -> String {
+    let program = command_line(&argv[..1.min(argv.len())]);
+    if argv.len() > 1 {
+        format!("{program} …")
+    } else {
+        program
+    }
 }
 
 /// The command as a person would type it, for `inspect`.
