@@ -23,6 +23,21 @@ local MAX_GRANTS = 100
 -- Extra life given to the queue keys beyond their latest entry, so a busy queue resets their
 -- expiry about once a second, not on every refresh.
 local QUEUE_SLACK_MS = 1000
+-- The first HEAD_PLACES places of a queue hold a short *head lease*: their entries live
+-- HEAD_TTL_MS past their waiter's last call (a live waiter there calls every third of it), so a
+-- waiter that died near the head (kill -9, a give-up that could not reach Redis) is dropped
+-- within seconds instead of after the entry ttl, and is never handed the lock after that. An
+-- entry moving into those places is shortened and its waiter woken (lease_head).
+local HEAD_PLACES = 8
+local HEAD_TTL_MS = 3000
+-- A server stall (SIGSTOP, CLIENT PAUSE, DEBUG SLEEP) lapses every head lease at once, the live
+-- waiters' too. So a lapsed entry is dropped only by a *steady* waiter: one whose own entry was
+-- live at its call and has been so for at least HEAD_TTL_MS (entry field `steady`: when its
+-- current run of timely calls began), which every live waiter becomes again within a head
+-- lease of the stall's end; a waiter whose own entry lapsed keeps its place and calls again.
+-- Anyone drops an entry lapsed for REAP_GRACE_MS. Until dropped, a lapsed entry counts as
+-- live: handed the lock, it costs the queue one grant.
+local REAP_GRACE_MS = 60000
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change.
 local HISTORY_CAP = 100
@@ -410,7 +425,9 @@ local function peek_head(lock)
     for i, id in ipairs(ids) do
       local entry = decode(values[i])
       if values[i] and not entry then return foreign(key.waiters, 'holds a field'), nil end
-      if entry and entry.exp > lock.now then
+      local dead = entry == nil or (entry.exp <= lock.now and
+        (lock.reaps or entry.exp + REAP_GRACE_MS <= lock.now))
+      if not dead then
         lock.head = {id, entry}
         return nil, lock.head
       end
@@ -462,10 +479,12 @@ local function begin_writes(lock)
   end
 end
 
--- Writes a queue entry (new or refreshed), with its expiry.
-local function put_entry(lock, id, entry)
+-- Writes a queue entry (new or refreshed). The queue's keys live at least until `keep_until`
+-- (the caller's call plus the full entry ttl, even for a short head lease: a stall that lapses
+-- the head leases must not take the whole queue with them).
+local function put_entry(lock, id, entry, keep_until)
   redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
-  if not lock.queue_until or entry.exp > lock.queue_until then lock.queue_until = entry.exp end
+  if not lock.queue_until or keep_until > lock.queue_until then lock.queue_until = keep_until end
 end
 
 -- Pushes `message` onto waiter `id`'s wake list (see wake_key). Under pcall: foreign data at
@@ -473,6 +492,34 @@ end
 local function wake(lock, id, message, wake_ttl)
   local list = wake_key(lock.key, id)
   if pcall(redis.call, 'RPUSH', list, message) then redis.call('PEXPIRE', list, wake_ttl) end
+end
+
+-- How long a queue entry at `position` (1 = the head) lives from now: the head lease near the
+-- head, else the entry ttl the waiter asked for.
+local function entry_life(position, entry_ttl)
+  if position <= HEAD_PLACES then return math.min(HEAD_TTL_MS, entry_ttl) end
+  return entry_ttl
+end
+
+-- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
+-- with a longer life is shortened to now + HEAD_TTL_MS and its waiter woken ('l': look), so a
+-- live one calls, learns its place and keeps calling every third of the lease, and a dead one
+-- lapses. Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call.
+-- After the first write: an entry that does not decode is left for the next call to refuse.
+local function lease_head(lock, wake_ttl)
+  if lock.length <= 0 then return end
+  local ids = redis.call('ZRANGE', lock.key.queue, 0, HEAD_PLACES - 1)
+  if not ids[1] then return end
+  local values = redis.call('HMGET', lock.key.waiters, unpack(ids))
+  local short = lock.now + HEAD_TTL_MS
+  for i, id in ipairs(ids) do
+    local entry = decode(values[i])
+    if entry and entry.exp > short then
+      entry.exp = short
+      redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+      wake(lock, id, 'l', wake_ttl)
+    end
+  end
 end
 
 -- Hands room to the queue's head, and to as many behind it as are admitted too (a run of

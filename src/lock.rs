@@ -266,7 +266,8 @@ fn time_and_records<T: serde::de::DeserializeOwned>(
 /// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
 /// `acquire` with [`Queueing::Stay`]) within a third of this after its last call, and sooner
 /// when an `acquire` reply's `hint` says so. A waiter that died stays in the queue this long at
-/// most; reaching the head before that, it costs the queue one [`GRANT`].
+/// most; in the first places of the queue, 3 s (the head lease, `lua/prelude.lua`). Handed the
+/// lock before its entry lapsed, it costs the queue one [`GRANT`].
 ///
 /// Each refresh costs Redis a script call and a BLPOP ended and begun again: every 40 s,
 /// 10,000 idle waiters cost it 3.0–3.5 % of a core with [`Lock::refresh`], 3.4–4.8 % with

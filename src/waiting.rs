@@ -583,7 +583,11 @@ impl Acquirer<'_> {
                 length,
                 holder,
             }) if BootInstant::now() < reading.refresh_at() => {
-                self.look_at = reading.about(expires) + Duration::from_millis(10);
+                // Never later than the last reply said: near the head that is a third of the
+                // head lease, which the waiter must keep calling within.
+                self.look_at = self
+                    .look_at
+                    .min(reading.about(expires) + Duration::from_millis(10));
                 // The message carries no clock: the holder's lease was last set then (a grant
                 // just made, the usual case, was made at the server's now).
                 let now = holder
