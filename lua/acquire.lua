@@ -10,7 +10,7 @@
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',
-   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter'})
+   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter', 'claim_ms'})
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
@@ -131,6 +131,7 @@ elseif waiter ~= '' and not lock.head_unknown then
     tok = token, mode = request.mode, limit = request.limit, host = request.host,
     pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
     exp = now + entry_life(lock.length + 1, entry_ttl), ttl = ttl, steady = now,
+    claim = tonumber(arg.claim_ms) > 0 and tonumber(arg.claim_ms) or nil,
   }
   redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
   put_entry(lock, waiter, entry, now + entry_ttl)

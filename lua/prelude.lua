@@ -548,6 +548,9 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     -- get the grant).
     local length = grant
     if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
+    -- A waiter that claims its grant with a call of its own (acquire) does so at once: a grant
+    -- it has not claimed within `claim` is a dead waiter's, and lapses for the next in line.
+    if type(entry.claim) == 'number' and entry.claim > 0 and entry.claim < length then length = entry.claim end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
     local json = put_holder(lock, entry.tok, record, true)
     -- Grants are as long as each waiter asked, at most: the shortest ends first.

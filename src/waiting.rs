@@ -114,7 +114,10 @@ pub(crate) fn acquire(
         lock,
         ask,
         log,
-        waiter: Waiter::new(),
+        waiter: Waiter {
+            claims: !ask.renews,
+            ..Waiter::new()
+        },
         deadline,
         reentering: ask.reenter.is_some(),
         queued: false,
@@ -528,7 +531,10 @@ impl Acquirer<'_> {
                     "dropped from the queue of lock '{}' (its entry expired); queueing again",
                     printable(self.lock.name.as_str())
                 ));
-                self.waiter = Waiter::new();
+                self.waiter = Waiter {
+                    claims: !self.ask.renews,
+                    ..Waiter::new()
+                };
                 self.call(Call::Join, Some(session));
                 Ok(None)
             }
