@@ -108,6 +108,7 @@ if mine then
     -- Handed over while we waited: turn the short grant into a full lease.
     mine.exp, mine.ttl = now + ttl, ttl
   end
+  mine.granted = nil
   return acquired(mine, false)
 end
 

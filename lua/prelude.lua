@@ -552,6 +552,8 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     -- it has not claimed within `claim` is a dead waiter's, and lapses for the next in line.
     if type(entry.claim) == 'number' and entry.claim > 0 and entry.claim < length then length = entry.claim end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
+    -- Until its waiter claims or renews it: who holds the lock is then "being handed over".
+    record.granted = true
     local json = put_holder(lock, entry.tok, record, true)
     -- Grants are as long as each waiter asked, at most: the shortest ends first.
     if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end

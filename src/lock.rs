@@ -214,6 +214,9 @@ pub struct Holder {
     pub ttl: u64,
     /// Expires at (Unix ms, server time).
     pub exp: u64,
+    /// A hand-over grant its waiter has not yet claimed or renewed.
+    #[serde(default)]
+    pub granted: bool,
 }
 
 /// One queued waiter as stored in Redis (its token is never read back).

@@ -158,8 +158,14 @@ pub(crate) fn acquire(
                     worker: acquirer.worker,
                 }));
             }
-            Ok(Some(End::Busy { holder, now })) => {
+            Ok(Some(End::Busy { holder, now, stale })) => {
                 acquirer.give_up();
+                // The last answer may be long past (a blocked wait reads nothing): who holds
+                // the lock is read again, after leaving the queue.
+                let (holder, now) = match stale {
+                    true => acquirer.holder_now().unwrap_or((holder, now)),
+                    false => (holder, now),
+                };
                 return Ok(Outcome::Busy { holder, now });
             }
             Ok(Some(End::Interrupted(signal))) => {
@@ -184,6 +190,8 @@ enum End {
     Busy {
         holder: Option<Holder>,
         now: u64,
+        /// From an earlier answer than the last moment of the wait.
+        stale: bool,
     },
     Interrupted(i32),
 }
@@ -507,7 +515,11 @@ impl Acquirer<'_> {
             } => {
                 self.last_busy = Some((holder.clone(), now, sent));
                 if self.ask.wait == Wait::No || self.past_deadline() {
-                    return Ok(Some(End::Busy { holder, now }));
+                    return Ok(Some(End::Busy {
+                        holder,
+                        now,
+                        stale: false,
+                    }));
                 }
                 self.reading = Some(ServerReading { sent, now });
                 self.look_at = sent + hint + Duration::from_millis(10);
@@ -683,8 +695,9 @@ impl Acquirer<'_> {
                 // Redis has not answered since.
                 return Err(failures.last);
             }
-            // The last answer may be minutes old (a blocked wait reads nothing): its server
-            // time, carried forward to now, keeps "held for" and "expires in" current.
+            // The last answer may be minutes old (a blocked wait reads nothing): it is read
+            // again (see `acquire`); if that fails, its server time carried forward to now
+            // keeps "held for" and "expires in" current.
             let (holder, now) = match self.last_busy.take() {
                 Some((holder, now, sent)) => {
                     let since = u64::try_from(BootInstant::now().since(sent).as_millis())
@@ -693,7 +706,11 @@ impl Acquirer<'_> {
                 }
                 None => (None, 0),
             };
-            return Ok(Some(End::Busy { holder, now }));
+            return Ok(Some(End::Busy {
+                holder,
+                now,
+                stale: true,
+            }));
         }
         if self
             .call_at
@@ -716,6 +733,18 @@ impl Acquirer<'_> {
 
     fn past_deadline(&self) -> bool {
         self.deadline.is_some_and(|at| BootInstant::now() >= at)
+    }
+
+    /// Who holds the lock now (the live holder whose lease ends first) and the server's time,
+    /// read on a fresh connection within the bound a give-up has; `None` if Redis does not
+    /// answer in time.
+    fn holder_now(&self) -> Option<(Option<Holder>, u64)> {
+        let bound = Duration::from_millis(400);
+        let mut fresh = self.target.connect_within(bound).ok()?;
+        fresh.set_command_timeout(bound).ok()?;
+        let state = self.lock.inspect(&mut fresh).ok()?;
+        let first = state.holders.into_iter().min_by_key(|holder| holder.exp);
+        Some((first, state.now))
     }
 
     /// Gives the waiter's token up if a call of it may have queued or taken the lock: leaves the

@@ -883,3 +883,40 @@ fn two_dead_waiters_at_the_head_do_not_starve_a_live_one() {
         released.elapsed()
     );
 }
+
+/// Issue 28, point 4: a wait that runs out names who holds the lock then, read again, not the
+/// holder seen when the wait began. Here the holder ('sleep 1') is long gone, and a waiter
+/// killed in the queue was handed the lock: the message says it is being handed over, and to
+/// whom.
+#[test]
+fn a_wait_that_runs_out_names_the_holder_of_the_moment() {
+    let server = RedisServer::start();
+    let holder = server
+        .redlock(&["run", "--key", "job", "--ttl", "10s", "--", "sleep", "1"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .cmd::<i64>(&["EXISTS", "redlock:{job}:holders"])
+        == 1));
+    let dead = queue_run(&server, "true", 1);
+    let dead_pid = dead.pid();
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(5));
+    let out = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "3s"])
+        .run();
+    holder.wait(Duration::from_secs(10)).code(0);
+    out.code(75);
+    let busy = out
+        .stderr
+        .lines()
+        .find(|line| line.contains("still busy after waiting"))
+        .unwrap_or_else(|| out.fail("no 'still busy' line"));
+    assert!(
+        busy.contains("being handed over to") && busy.contains(&format!("pid {dead_pid} user")),
+        "did not name the grant to the dead waiter: {busy}"
+    );
+    assert!(
+        !busy.contains("sleep 1"),
+        "named the holder that had exited: {busy}"
+    );
+}
