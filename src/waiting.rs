@@ -501,6 +501,24 @@ impl Acquirer<'_> {
         session: Session,
     ) -> anyhow::Result<Option<End>> {
         match acquisition {
+            // Answered so late (a stall) that a good part of the lease may be gone before it
+            // is used: `run` would refuse to start on it. While the wait lasts, one more call
+            // renews it from a fresh send time (the token holds the lock: the call only
+            // resets its lease), instead of giving it up.
+            Acquisition::Acquired(_)
+                if !self.reentering
+                    && self.ask.wait != Wait::No
+                    && !self.past_deadline()
+                    && BootInstant::now().since(sent) > self.ask.ttl / 3 =>
+            {
+                self.log.step(format_args!(
+                    "lock '{}' taken, but the answer took {}: confirming its lease again",
+                    printable(self.lock.name.as_str()),
+                    duration::display(BootInstant::now().since(sent))
+                ));
+                self.call(Call::Stay, Some(session));
+                Ok(None)
+            }
             Acquisition::Acquired(lease) => Ok(Some(End::Took {
                 lease,
                 confirmed: Confirmed::Sent(sent),

@@ -920,3 +920,32 @@ fn a_wait_that_runs_out_names_the_holder_of_the_moment() {
         "named the holder that had exited: {busy}"
     );
 }
+
+/// Issue 28, point 1: a waiter whose claim is answered only after a stall (here `CLIENT PAUSE`,
+/// shorter than the command timeout, so the call sent as it began is answered as it ends)
+/// does not give up with 69 ("granted too late to start the command safely") while its wait
+/// has time left and Redis answers again: it confirms the lease once more and runs its
+/// command.
+#[test]
+fn a_waiter_granted_after_a_stall_runs_its_command() {
+    let server = RedisServer::start();
+    let holder = server
+        .redlock(&["run", "--key", "job", "--ttl", "5s", "--", "sleep", "4"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || server
+        .cmd::<i64>(&["EXISTS", "redlock:{job}:holders"])
+        == 1));
+    let waiter = server
+        .redlock(&[
+            "run", "--key", "job", "--ttl", "5s", "--wait", "30s", "--", "echo", "ran",
+        ])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    // Paused within a second of the join, before the waiter's next look, and until the
+    // holder's unrenewed lease has run out: that look is answered at the end, with the lock.
+    std::thread::sleep(Duration::from_millis(500));
+    server.cmd::<()>(&["CLIENT", "PAUSE", "4800", "ALL"]);
+    let out = waiter.wait(Duration::from_secs(40));
+    let _ = holder.wait(Duration::from_secs(20));
+    out.code(0).stdout_contains("ran");
+}
