@@ -119,10 +119,30 @@ if first_in_line and not refused and admitted(request, lock) then
   return acquired(holder_record(request, next_fence(lock), now, ttl), true)
 end
 
+-- The first two in line watch the earliest expiry among the holders; the first HEAD_PLACES
+-- call every third of their head lease (which drops the dead ones ahead of them as they
+-- lapse); behind them, a waiter looks once per place between it and them, every third of a
+-- head lease (so a run of dead places longer than the head costs about that per place, and
+-- the calls of a long idle queue grow only with the log of its length), and at least every
+-- third of the entry ttl. With more dead entries at the head than one call examines,
+-- everyone calls again soon. The entry keeps when its waiter is due to call (`due`): one
+-- moving into the first places on time needs no wake-up (lease_head).
+local function hint_at(position)
+  local _, earliest = first_holder(lock)
+  local hint = math.floor(entry_ttl / 3)
+  if position > 0 then
+    local look = math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3)
+    hint = math.min(hint, look * math.max(1, position - HEAD_PLACES))
+  end
+  if lock.head_unknown then hint = 0 end
+  if position > 0 and position <= 2 and earliest then hint = math.min(hint, earliest[2].exp - now) end
+  return hint
+end
+
 local position = 0
 if entry then
   position = redis.call('ZRANK', key.queue, waiter) + 1
-  entry.exp = now + entry_life(position, entry_ttl)
+  entry.exp, entry.due = now + entry_life(position, entry_ttl), now + hint_at(position)
   put_entry(lock, waiter, entry, now + entry_ttl)
 elseif waiter ~= '' and not lock.head_unknown then
   -- A new place at the back. Wake-ups left from an earlier one (a lapsed grant) mean nothing now.
@@ -133,6 +153,7 @@ elseif waiter ~= '' and not lock.head_unknown then
     pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
     exp = now + entry_life(lock.length + 1, entry_ttl), ttl = ttl, steady = now,
     claim = tonumber(arg.claim_ms) > 0 and tonumber(arg.claim_ms) or nil,
+    due = now + hint_at(lock.length + 1),
   }
   redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
   put_entry(lock, waiter, entry, now + entry_ttl)
@@ -142,19 +163,5 @@ end
 lease_head(lock, wake_ttl)
 settle(lock)
 
--- The first two in line watch the earliest expiry among the holders; the first HEAD_PLACES
--- call every third of their head lease (which drops the dead ones ahead of them as they
--- lapse); behind them, a waiter looks once per place between it and them, every third of a
--- head lease (so a run of dead places longer than the head costs about that per place, and
--- the calls of a long idle queue grow only with the log of its length), and at least every
--- third of the entry ttl. With more dead entries at the head than one call examines,
--- everyone calls again soon.
 refused, first = first_holder(lock)
-local hint = math.floor(entry_ttl / 3)
-if position > 0 then
-  local look = math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3)
-  hint = math.min(hint, look * math.max(1, position - HEAD_PLACES))
-end
-if lock.head_unknown then hint = 0 end
-if position > 0 and position <= 2 and first then hint = math.min(hint, first[2].exp - now) end
-return {0, now, first and first[3] or false, position, lock.length, hint}
+return {0, now, first and first[3] or false, position, lock.length, entry and entry.due - now or hint_at(position)}

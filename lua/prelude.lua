@@ -502,10 +502,12 @@ local function entry_life(position, entry_ttl)
 end
 
 -- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
--- with a longer life is shortened to now + HEAD_TTL_MS and its waiter woken ('l': look), so a
--- live one calls, learns its place and keeps calling every third of the lease, and a dead one
--- lapses. Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call.
--- After the first write: an entry that does not decode is left for the next call to refuse.
+-- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses; its waiter is
+-- woken ('l': look) unless it is due to call (`due`, the hint it was given) well within that
+-- anyway (the usual case: one place up from just behind them, where waiters look every
+-- second), so a live one calls, learns its place and keeps calling every third of the lease.
+-- Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call. After the
+-- first write: an entry that does not decode is left for the next call to refuse.
 local function lease_head(lock, wake_ttl)
   if lock.length <= 0 then return end
   local ids = redis.call('ZRANGE', lock.key.queue, 0, HEAD_PLACES - 1)
@@ -517,7 +519,9 @@ local function lease_head(lock, wake_ttl)
     if entry and entry.exp > short then
       entry.exp = short
       redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
-      wake(lock, id, 'l', wake_ttl)
+      if type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2 then
+        wake(lock, id, 'l', wake_ttl)
+      end
     end
   end
 end
