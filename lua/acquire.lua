@@ -10,7 +10,7 @@
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',
-   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter'})
+   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter', 'claim_ms'})
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
@@ -40,7 +40,13 @@ if waiter ~= '' then
   entry = decode_entry(json)
   if json and not entry then return foreign(key.waiters, 'holds a field') end
 end
-local queued = entry ~= nil and entry.exp > now
+-- Our own entry keeps its place while the queue holds it, even lapsed (this process, or the
+-- server, was stalled past the head lease): only a steady waiter (see the prelude) or a grace
+-- of REAP_GRACE_MS drops a lapsed entry, and this call renews it. A caller whose own entry was
+-- live all along, for a head lease at least, drops the lapsed entries it finds at the head.
+local queued = entry ~= nil and redis.call('ZRANK', key.queue, waiter) ~= false and
+  entry.exp + REAP_GRACE_MS > now
+lock.reaps = queued and entry.exp > now and now - (entry.steady or entry.since) >= HEAD_TTL_MS
 
 -- A lock is either a read/write lock (exclusive and shared holders) or a semaphore of N; every
 -- live holder and waiter is of one kind, so the first of each speaks for all.
@@ -68,9 +74,13 @@ if stay and mine == nil and not queued then return {-1, now} end
 -- From here on, writes.
 begin_writes(lock)
 if entry and not queued then
-  -- Our own entry expired (this process was suspended): it goes, and we join anew.
+  -- Our own entry was dropped, or lapsed long ago (this process was suspended): it goes, and
+  -- we join anew.
   remove_entry(lock, waiter)
   entry = nil
+elseif entry and entry.exp <= now then
+  -- A lapsed entry renewed: its run of timely calls starts again.
+  entry.steady = now
 end
 
 -- Taken: the caller's record is written, its entry and wake-ups go, and whoever is admitted
@@ -84,6 +94,7 @@ local function acquired(record, new)
   -- Wake-ups left for a waiter that is done waiting (a fail-fast caller has no wake list).
   if waiter ~= '' then redis.call('DEL', key.wake) end
   hand_off(lock, nil, grant, wake_ttl)
+  lease_head(lock, wake_ttl)
   settle(lock)
   return {1, record.fence, now}
 end
@@ -97,6 +108,7 @@ if mine then
     -- Handed over while we waited: turn the short grant into a full lease.
     mine.exp, mine.ttl = now + ttl, ttl
   end
+  mine.granted = nil
   return acquired(mine, false)
 end
 
@@ -107,11 +119,31 @@ if first_in_line and not refused and admitted(request, lock) then
   return acquired(holder_record(request, next_fence(lock), now, ttl), true)
 end
 
+-- The first two in line watch the earliest expiry among the holders; the first HEAD_PLACES
+-- call every third of their head lease (which drops the dead ones ahead of them as they
+-- lapse); behind them, a waiter looks once per place between it and them, every third of a
+-- head lease (so a run of dead places longer than the head costs about that per place, and
+-- the calls of a long idle queue grow only with the log of its length), and at least every
+-- third of the entry ttl. With more dead entries at the head than one call examines,
+-- everyone calls again soon. The entry keeps when its waiter is due to call (`due`): one
+-- moving into the first places on time needs no wake-up (lease_head).
+local function hint_at(position)
+  local _, earliest = first_holder(lock)
+  local hint = math.floor(entry_ttl / 3)
+  if position > 0 then
+    local look = math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3)
+    hint = math.min(hint, look * math.max(1, position - HEAD_PLACES))
+  end
+  if lock.head_unknown then hint = 0 end
+  if position > 0 and position <= 2 and earliest then hint = math.min(hint, earliest[2].exp - now) end
+  return hint
+end
+
 local position = 0
 if entry then
-  entry.exp = now + entry_ttl
-  put_entry(lock, waiter, entry)
   position = redis.call('ZRANK', key.queue, waiter) + 1
+  entry.exp, entry.due = now + entry_life(position, entry_ttl), now + hint_at(position)
+  put_entry(lock, waiter, entry, now + entry_ttl)
 elseif waiter ~= '' and not lock.head_unknown then
   -- A new place at the back. Wake-ups left from an earlier one (a lapsed grant) mean nothing now.
   redis.call('DEL', key.wake)
@@ -119,19 +151,17 @@ elseif waiter ~= '' and not lock.head_unknown then
   entry = {
     tok = token, mode = request.mode, limit = request.limit, host = request.host,
     pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
-    exp = now + entry_ttl, ttl = ttl,
+    exp = now + entry_life(lock.length + 1, entry_ttl), ttl = ttl, steady = now,
+    claim = tonumber(arg.claim_ms) > 0 and tonumber(arg.claim_ms) or nil,
+    due = now + hint_at(lock.length + 1),
   }
   redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
-  put_entry(lock, waiter, entry)
+  put_entry(lock, waiter, entry, now + entry_ttl)
   lock.length = lock.length + 1
   position = lock.length
 end
+lease_head(lock, wake_ttl)
 settle(lock)
 
--- The first two in line watch the earliest expiry among the holders; the rest only refresh.
--- With more dead entries at the head than one call examines, everyone calls again soon.
 refused, first = first_holder(lock)
-local hint = math.floor(entry_ttl / 3)
-if lock.head_unknown then hint = 0 end
-if position > 0 and position <= 2 and first then hint = math.min(hint, first[2].exp - now) end
-return {0, now, first and first[3] or false, position, lock.length, hint}
+return {0, now, first and first[3] or false, position, lock.length, entry and entry.due - now or hint_at(position)}

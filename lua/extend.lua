@@ -20,7 +20,7 @@ if mine == nil or mine.over then return {0, lock.now} end
 
 -- From here on, writes.
 begin_writes(lock)
-mine.exp, mine.ttl = lock.now + ttl, ttl
+mine.exp, mine.ttl, mine.granted = lock.now + ttl, ttl, nil
 put_holder(lock, token, mine, false)
 history_change(lock, mine.fence, function(entry) entry.exp = mine.exp end)
 settle(lock)

@@ -23,6 +23,21 @@ local MAX_GRANTS = 100
 -- Extra life given to the queue keys beyond their latest entry, so a busy queue resets their
 -- expiry about once a second, not on every refresh.
 local QUEUE_SLACK_MS = 1000
+-- The first HEAD_PLACES places of a queue hold a short *head lease*: their entries live
+-- HEAD_TTL_MS past their waiter's last call (a live waiter there calls every third of it), so a
+-- waiter that died near the head (kill -9, a give-up that could not reach Redis) is dropped
+-- within seconds instead of after the entry ttl, and is never handed the lock after that. An
+-- entry moving into those places is shortened and its waiter woken (lease_head).
+local HEAD_PLACES = 8
+local HEAD_TTL_MS = 3000
+-- A server stall (SIGSTOP, CLIENT PAUSE, DEBUG SLEEP) lapses every head lease at once, the live
+-- waiters' too. So a lapsed entry is dropped only by a *steady* waiter: one whose own entry was
+-- live at its call and has been so for at least HEAD_TTL_MS (entry field `steady`: when its
+-- current run of timely calls began), which every live waiter becomes again within a head
+-- lease of the stall's end; a waiter whose own entry lapsed keeps its place and calls again.
+-- Anyone drops an entry lapsed for REAP_GRACE_MS. Until dropped, a lapsed entry counts as
+-- live: handed the lock, it costs the queue one grant.
+local REAP_GRACE_MS = 60000
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change.
 local HISTORY_CAP = 100
@@ -466,7 +481,9 @@ local function peek_head(lock)
     for i, id in ipairs(ids) do
       local entry = decode_entry(values[i])
       if values[i] and not entry then return foreign(key.waiters, 'holds a field'), nil end
-      if entry and entry.exp > lock.now then
+      local dead = entry == nil or (entry.exp <= lock.now and
+        (lock.reaps or entry.exp + REAP_GRACE_MS <= lock.now))
+      if not dead then
         lock.head = {id, entry}
         return nil, lock.head
       end
@@ -518,10 +535,12 @@ local function begin_writes(lock)
   end
 end
 
--- Writes a queue entry (new or refreshed), with its expiry.
-local function put_entry(lock, id, entry)
+-- Writes a queue entry (new or refreshed). The queue's keys live at least until `keep_until`
+-- (the caller's call plus the full entry ttl, even for a short head lease: a stall that lapses
+-- the head leases must not take the whole queue with them).
+local function put_entry(lock, id, entry, keep_until)
   redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
-  if not lock.queue_until or entry.exp > lock.queue_until then lock.queue_until = entry.exp end
+  if not lock.queue_until or keep_until > lock.queue_until then lock.queue_until = keep_until end
 end
 
 -- Pushes `message` onto waiter `id`'s wake list (see wake_key). Under pcall: foreign data at
@@ -529,6 +548,38 @@ end
 local function wake(lock, id, message, wake_ttl)
   local list = wake_key(lock.key, id)
   if pcall(redis.call, 'RPUSH', list, message) then redis.call('PEXPIRE', list, wake_ttl) end
+end
+
+-- How long a queue entry at `position` (1 = the head) lives from now: the head lease near the
+-- head, else the entry ttl the waiter asked for.
+local function entry_life(position, entry_ttl)
+  if position <= HEAD_PLACES then return math.min(HEAD_TTL_MS, entry_ttl) end
+  return entry_ttl
+end
+
+-- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
+-- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses; its waiter is
+-- woken ('l': look) unless it is due to call (`due`, the hint it was given) well within that
+-- anyway (the usual case: one place up from just behind them, where waiters look every
+-- second), so a live one calls, learns its place and keeps calling every third of the lease.
+-- Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call. After the
+-- first write: an entry that does not decode is left for the next call to refuse.
+local function lease_head(lock, wake_ttl)
+  if lock.length <= 0 then return end
+  local ids = redis.call('ZRANGE', lock.key.queue, 0, HEAD_PLACES - 1)
+  if not ids[1] then return end
+  local values = redis.call('HMGET', lock.key.waiters, unpack(ids))
+  local short = lock.now + HEAD_TTL_MS
+  for i, id in ipairs(ids) do
+    local entry = decode(values[i])
+    if entry and entry.exp > short then
+      entry.exp = short
+      redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+      if type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2 then
+        wake(lock, id, 'l', wake_ttl)
+      end
+    end
+  end
 end
 
 -- Hands room to the queue's head, and to as many behind it as are admitted too (a run of
@@ -557,7 +608,12 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     -- get the grant).
     local length = grant
     if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
+    -- A waiter that claims its grant with a call of its own (acquire) does so at once: a grant
+    -- it has not claimed within `claim` is a dead waiter's, and lapses for the next in line.
+    if type(entry.claim) == 'number' and entry.claim > 0 and entry.claim < length then length = entry.claim end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
+    -- Until its waiter claims or renews it: who holds the lock is then "being handed over".
+    record.granted = true
     local json = put_holder(lock, entry.tok, record, true)
     -- Grants are as long as each waiter asked, at most: the shortest ends first.
     if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end

@@ -21,7 +21,11 @@ refused = may_write({
 if refused then return refused end
 
 -- From here on, writes.
-entry.exp = lock.now + tonumber(arg.entry_ttl_ms)
-put_entry(lock, arg.waiter, entry)
+-- Near the head, the short head lease (see lease_head in the prelude).
+local entry_ttl = tonumber(arg.entry_ttl_ms)
+entry.exp = lock.now + entry_life(rank + 1, entry_ttl)
+-- Behind the first places, its next call is its next refresh (see lease_head).
+entry.due = lock.now + math.floor(entry_ttl / 3)
+put_entry(lock, arg.waiter, entry, lock.now + entry_ttl)
 settle(lock)
 return {1, lock.now, rank + 1, redis.call('ZCARD', key.queue)}

@@ -101,6 +101,7 @@ if mine and op ~= 'force' then
 end
 
 hand_off(lock, nil, grant, wake_ttl)
+lease_head(lock, wake_ttl)
 settle(lock)
 if arg.notify ~= '' and (mine or #evicted > 1) then pcall(redis.call, 'PUBLISH', arg.notify, 'r') end
 return reply

@@ -220,6 +220,9 @@ pub struct Holder {
     /// (`run --min-hold`).
     #[serde(default)]
     pub over: bool,
+    /// A hand-over grant its waiter has not yet claimed or renewed.
+    #[serde(default)]
+    pub granted: bool,
 }
 
 impl Holder {
@@ -316,7 +319,8 @@ fn time_and_records<T: serde::de::DeserializeOwned>(
 /// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
 /// `acquire` with [`Queueing::Stay`]) within a third of this after its last call, and sooner
 /// when an `acquire` reply's `hint` says so. A waiter that died stays in the queue this long at
-/// most; reaching the head before that, it costs the queue one [`GRANT`].
+/// most; in the first places of the queue, 3 s (the head lease, `lua/prelude.lua`). Handed the
+/// lock before its entry lapsed, it costs the queue one [`GRANT`].
 ///
 /// Each refresh costs Redis a script call and a BLPOP ended and begun again: every 40 s,
 /// 10,000 idle waiters cost it 3.0–3.5 % of a core with [`Lock::refresh`], 3.4–4.8 % with
@@ -330,11 +334,16 @@ pub const INSPECT_HOLDERS: usize = 1000;
 /// [`LockState::queue_length`] counts them all.
 pub const INSPECT_WAITERS: usize = 100;
 /// The lease a waiter is handed the lock with: `run` starts on it and its first renewal
-/// extends it, `acquire` claims the full lease at once. A dead waiter's turn costs the queue at
-/// most this long. Long enough for a host that stalls the new holder for a second or two as its
+/// extends it, `acquire` claims the full lease at once (and is handed a [`CLAIM_GRANT`]). A
+/// dead `run` waiter's turn costs the queue at most this long. Long enough for a host that stalls the new holder for a second or two as its
 /// command starts (1.2 s was seen while 1,000 holders exited at once on 2 CPUs: with a 2 s
 /// grant the command was stopped as soon as it started, exit 125; docs/queue-scale.md).
 pub const GRANT: Duration = Duration::from_secs(5);
+
+/// The grant of a waiter that claims a lock handed over with a call of its own ([`Waiter`]'s
+/// `claims`): it makes that call as soon as it is woken (a round trip), so a grant it has not
+/// claimed within this is a dead waiter's, and lapses for the next in line.
+pub const CLAIM_GRANT: Duration = Duration::from_millis(1500);
 
 /// How long the mark of a token given up lives: far longer than a request can sit in a stalled
 /// server's buffers before it runs, and short enough to leave nothing behind for long.
@@ -384,6 +393,10 @@ impl Wake {
 pub struct Waiter {
     pub id: String,
     pub token: Token,
+    /// Claims a lock handed over with a call of its own (`acquire`), rather than starting on
+    /// the grant (`run`): it is handed a [`CLAIM_GRANT`], so dying as its turn comes costs the
+    /// queue that much, not a [`GRANT`].
+    pub claims: bool,
 }
 
 impl Waiter {
@@ -391,6 +404,7 @@ impl Waiter {
         Self {
             id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
             token: Token::generate(),
+            claims: false,
         }
     }
 }
@@ -583,10 +597,10 @@ impl Lock {
             replicas,
         } = *request;
         let ttl_ms = millis(ttl)?;
-        let (waiter_id, queued_only) = match queueing {
-            Queueing::No => ("", false),
-            Queueing::Join(waiter) => (waiter.id.as_str(), false),
-            Queueing::Stay(waiter) => (waiter.id.as_str(), true),
+        let (waiter_id, queued_only, claims) = match queueing {
+            Queueing::No => ("", false, false),
+            Queueing::Join(waiter) => (waiter.id.as_str(), false, waiter.claims),
+            Queueing::Stay(waiter) => (waiter.id.as_str(), true, waiter.claims),
         };
         let keys = &self.keys;
         let (reply, acknowledged): (Vec<redis::Value>, _) = session.run(|con| {
@@ -614,6 +628,7 @@ impl Lock {
                 grant_ms: arg(ms(GRANT)),
                 wake_ttl_ms: arg(ms(WAKE_TTL)),
                 reenter: arg(flag(reenter)),
+                claim_ms: arg(if claims { ms(CLAIM_GRANT) } else { 0 }),
             };
             match replicas {
                 Some(replicas) => scripts::ACQUIRE

@@ -273,8 +273,8 @@ impl Quorum {
         let ttl = request.ttl;
         let limit = per_master_limit(self.request_timeout, ttl);
         let waiter = Waiter {
-            id: Waiter::new().id,
             token: request.token.clone(),
+            ..Waiter::new()
         };
         let replies = self.fan_out(limit, |session| {
             lock.acquire(session, request, Queueing::No)

@@ -211,8 +211,8 @@ fn give_up(quorum: &Arc<Quorum>, lock: &Lock, token: Token) {
         .name("give-up".into())
         .spawn(move || {
             let waiter = Waiter {
-                id: Waiter::new().id,
                 token,
+                ..Waiter::new()
             };
             quorum.leave(&lock, &waiter, GIVE_UP_BOUND);
             let _ = done.send(());

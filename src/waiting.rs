@@ -114,7 +114,10 @@ pub(crate) fn acquire(
         lock,
         ask,
         log,
-        waiter: Waiter::new(),
+        waiter: Waiter {
+            claims: !ask.renews,
+            ..Waiter::new()
+        },
         deadline,
         reentering: ask.reenter.is_some(),
         queued: false,
@@ -156,8 +159,14 @@ pub(crate) fn acquire(
                     worker: acquirer.worker,
                 }));
             }
-            Ok(Some(End::Busy { holder, now })) => {
+            Ok(Some(End::Busy { holder, now, stale })) => {
                 acquirer.give_up();
+                // The last answer may be long past (a blocked wait reads nothing): who holds
+                // the lock is read again, after leaving the queue.
+                let (holder, now) = match stale {
+                    true => acquirer.holder_now().unwrap_or((holder, now)),
+                    false => (holder, now),
+                };
                 return Ok(Outcome::Busy { holder, now });
             }
             Ok(Some(End::Interrupted(signal))) => {
@@ -182,6 +191,8 @@ enum End {
     Busy {
         holder: Option<Holder>,
         now: u64,
+        /// From an earlier answer than the last moment of the wait.
+        stale: bool,
     },
     Interrupted(i32),
 }
@@ -508,6 +519,24 @@ impl Acquirer<'_> {
         session: Session,
     ) -> anyhow::Result<Option<End>> {
         match acquisition {
+            // Answered so late (a stall) that a good part of the lease may be gone before it
+            // is used: `run` would refuse to start on it. While the wait lasts, one more call
+            // renews it from a fresh send time (the token holds the lock: the call only
+            // resets its lease), instead of giving it up.
+            Acquisition::Acquired(_)
+                if !self.reentering
+                    && self.ask.wait != Wait::No
+                    && !self.past_deadline()
+                    && BootInstant::now().since(sent) > self.ask.ttl / 3 =>
+            {
+                self.log.step(format_args!(
+                    "lock '{}' taken, but the answer took {}: confirming its lease again",
+                    printable(self.lock.name.as_str()),
+                    duration::display(BootInstant::now().since(sent))
+                ));
+                self.call(Call::Stay, Some(session));
+                Ok(None)
+            }
             Acquisition::Acquired(lease) => Ok(Some(End::Took {
                 lease,
                 confirmed: Confirmed::Sent(sent),
@@ -522,7 +551,11 @@ impl Acquirer<'_> {
             } => {
                 self.last_busy = Some((holder.clone(), now, sent));
                 if self.ask.wait == Wait::No || self.past_deadline() {
-                    return Ok(Some(End::Busy { holder, now }));
+                    return Ok(Some(End::Busy {
+                        holder,
+                        now,
+                        stale: false,
+                    }));
                 }
                 self.reading = Some(ServerReading { sent, now });
                 self.look_at = sent + hint + Duration::from_millis(10);
@@ -546,7 +579,10 @@ impl Acquirer<'_> {
                     "dropped from the queue of lock '{}' (its entry expired); queueing again",
                     printable(self.lock.name.as_str())
                 ));
-                self.waiter = Waiter::new();
+                self.waiter = Waiter {
+                    claims: !self.ask.renews,
+                    ..Waiter::new()
+                };
                 self.call(Call::Join, Some(session));
                 Ok(None)
             }
@@ -601,7 +637,11 @@ impl Acquirer<'_> {
                 length,
                 holder,
             }) if BootInstant::now() < reading.refresh_at() => {
-                self.look_at = reading.about(expires) + Duration::from_millis(10);
+                // Never later than the last reply said: near the head that is a third of the
+                // head lease, which the waiter must keep calling within.
+                self.look_at = self
+                    .look_at
+                    .min(reading.about(expires) + Duration::from_millis(10));
                 // The message carries no clock: the holder's lease was last set then (a grant
                 // just made, the usual case, was made at the server's now).
                 let now = holder
@@ -691,8 +731,9 @@ impl Acquirer<'_> {
                 // Redis has not answered since.
                 return Err(failures.last);
             }
-            // The last answer may be minutes old (a blocked wait reads nothing): its server
-            // time, carried forward to now, keeps "held for" and "expires in" current.
+            // The last answer may be minutes old (a blocked wait reads nothing): it is read
+            // again (see `acquire`); if that fails, its server time carried forward to now
+            // keeps "held for" and "expires in" current.
             let (holder, now) = match self.last_busy.take() {
                 Some((holder, now, sent)) => {
                     let since = u64::try_from(BootInstant::now().since(sent).as_millis())
@@ -701,7 +742,11 @@ impl Acquirer<'_> {
                 }
                 None => (None, 0),
             };
-            return Ok(Some(End::Busy { holder, now }));
+            return Ok(Some(End::Busy {
+                holder,
+                now,
+                stale: true,
+            }));
         }
         if self
             .call_at
@@ -724,6 +769,18 @@ impl Acquirer<'_> {
 
     fn past_deadline(&self) -> bool {
         self.deadline.is_some_and(|at| BootInstant::now() >= at)
+    }
+
+    /// Who holds the lock now (the live holder whose lease ends first) and the server's time,
+    /// read on a fresh connection within the bound a give-up has; `None` if Redis does not
+    /// answer in time.
+    fn holder_now(&self) -> Option<(Option<Holder>, u64)> {
+        let bound = Duration::from_millis(400);
+        let mut fresh = self.target.connect_within(bound).ok()?;
+        fresh.set_command_timeout(bound).ok()?;
+        let state = self.lock.inspect(&mut fresh).ok()?;
+        let first = state.holders.into_iter().min_by_key(|holder| holder.exp);
+        Some((first, state.now))
     }
 
     /// Gives the waiter's token up if a call of it may have queued or taken the lock: leaves the

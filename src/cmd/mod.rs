@@ -520,6 +520,10 @@ fn busy(key: &str, holder: Option<&Holder>, now: u64, wait: Wait) -> anyhow::Err
             holder.limit,
             describe(holder, now)
         ),
+        Some(holder) if holder.granted => format!(
+            "being handed over to {} (a grant not yet taken up)",
+            describe(holder, now)
+        ),
         Some(holder) => format!("held by {}", describe(holder, now)),
     };
     let message = match wait {
