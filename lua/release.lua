@@ -77,7 +77,8 @@ if op == 'force' then
   end
   reply = evicted
 elseif op == 'leave' then
-  redis.call('SET', key.cancel, '1', 'PX', arg.mark_ttl_ms)
+  -- (No mark when no request of the token can still arrive: nothing is left behind.)
+  if tonumber(arg.mark_ttl_ms) > 0 then redis.call('SET', key.cancel, '1', 'PX', arg.mark_ttl_ms) end
   remove_entry(lock, waiter)
   redis.call('DEL', key.wake)
 end

@@ -687,14 +687,17 @@ impl Lock {
     /// handed over meanwhile, or taken by a request whose reply never came), and marks the token
     /// so that a request of it still on its way to Redis takes nothing when it runs, whichever
     /// comes first. The mark lives [`CANCEL_MARK_TTL`].
-    pub fn leave(&self, session: &mut Session, waiter: &Waiter) -> anyhow::Result<()> {
-        self.release_script(
+    /// `mark`: a request of the token may still be on its way; without one, leaving leaves
+    /// nothing behind.
+    pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
+        self.release_script_marking(
             session,
             "leave",
             Some(&waiter.token),
             Duration::ZERO,
             &waiter.id,
             &Ending::default(),
+            mark,
         )
         .map(drop)
     }
@@ -870,6 +873,21 @@ impl Lock {
         waiter_id: &str,
         ending: &Ending,
     ) -> anyhow::Result<redis::Value> {
+        self.release_script_marking(session, op, token, min_hold, waiter_id, ending, true)
+    }
+
+    /// `release_script`; `mark`: with `leave`, set the token's cancel mark.
+    #[allow(clippy::too_many_arguments)]
+    fn release_script_marking(
+        &self,
+        session: &mut Session,
+        op: &str,
+        token: Option<&Token>,
+        min_hold: Duration,
+        waiter_id: &str,
+        ending: &Ending,
+        mark: bool,
+    ) -> anyhow::Result<redis::Value> {
         let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
         let keys = &self.keys;
         session.run(|con| {
@@ -888,7 +906,7 @@ impl Lock {
                 waiter: arg(waiter_id),
                 grant_ms: arg(ms(GRANT)),
                 wake_ttl_ms: arg(ms(WAKE_TTL)),
-                mark_ttl_ms: arg(ms(CANCEL_MARK_TTL)),
+                mark_ttl_ms: arg(if mark { ms(CANCEL_MARK_TTL) } else { 0 }),
                 held_fence: arg(ending
                     .held_fence
                     .map_or(String::new(), |fence| fence.to_string())),

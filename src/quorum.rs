@@ -344,7 +344,7 @@ impl Quorum {
                 Some(true) => lock
                     .release(session, request.token, Duration::ZERO, &Ending::default())
                     .map(drop),
-                Some(false) => lock.leave(session, &waiter),
+                Some(false) => lock.leave(session, &waiter, true),
             },
             |index| give_back[index].is_some(),
         );
@@ -411,7 +411,7 @@ impl Quorum {
 
     /// Gives `waiter`'s token up on every master, within `limit` each (see `Lock::leave`).
     pub(crate) fn leave(&self, lock: &Lock, waiter: &Waiter, limit: Duration) {
-        let _ = self.fan_out(limit, |session| lock.leave(session, waiter));
+        let _ = self.fan_out(limit, |session| lock.leave(session, waiter, true));
     }
 
     /// Resets the lease of `token` to `ttl` on every master, within `limit` each. `Ok(true)`:

@@ -160,7 +160,9 @@ pub(crate) fn acquire(
                 }));
             }
             Ok(Some(End::Busy { holder, now, stale })) => {
-                acquirer.give_up();
+                if let Some(left) = acquirer.give_up() {
+                    acquirer.log.warn(format_args!("{left}"));
+                }
                 // The last answer may be long past (a blocked wait reads nothing): who holds
                 // the lock is read again, after leaving the queue.
                 let (holder, now) = match stale {
@@ -170,12 +172,21 @@ pub(crate) fn acquire(
                 return Ok(Outcome::Busy { holder, now });
             }
             Ok(Some(End::Interrupted(signal))) => {
-                acquirer.give_up();
+                if let Some(left) = acquirer.give_up() {
+                    acquirer.log.warn(format_args!("{left}"));
+                }
                 return Ok(Outcome::Interrupted(signal));
             }
             Err(err) => {
-                acquirer.give_up();
-                return Err(err);
+                // What could not be cleaned up goes into the one error line.
+                return Err(match (acquirer.give_up(), failure_of(&err)) {
+                    (Some(left), Some(failure)) => fail(failure, format!("{err:#}; {left}")),
+                    (Some(left), None) => {
+                        acquirer.log.warn(format_args!("{left}"));
+                        err
+                    }
+                    (None, _) => err,
+                });
             }
         }
     }
@@ -789,24 +800,34 @@ impl Acquirer<'_> {
     /// must end redlock within a second whatever state Redis is in. If Redis cannot be told, a
     /// queue entry expires by itself, a lock handed over meanwhile at its short grant, and a
     /// lock the abandoned request took at its lease, which is said.
-    fn give_up(&mut self) {
+    /// Returns what could not be cleaned up, for the caller to say once.
+    fn give_up(&mut self) -> Option<String> {
         self.status.clear();
         if !self.queued && !self.unsure {
-            return;
+            return None;
         }
         let bound = Duration::from_millis(400);
+        // The cancel mark only while a request of the token may still arrive: otherwise
+        // leaving the queue leaves nothing behind.
+        let mark = self.unsure;
         let left = self.target.connect_within(bound).and_then(|mut fresh| {
             fresh.set_command_timeout(bound)?;
-            self.lock.leave(&mut fresh, &self.waiter)
+            self.lock.leave(&mut fresh, &self.waiter, mark)
         });
-        if let Err(err) = left {
-            self.log.warn(format_args!(
-                "could not leave the queue of lock '{}' or cancel the request in flight ({err:#}); a place expires within {}, a lock it may have taken within {}",
-                printable(self.lock.name.as_str()),
+        let err = left.err()?;
+        let key = printable(self.lock.name.as_str());
+        let ttl = duration::display(self.ask.ttl);
+        Some(if self.queued {
+            format!(
+                "could not leave the queue of lock '{key}' or cancel the request in flight ({err:#}); a place expires within {}, a lock it may have taken within {ttl}",
                 duration::display(QUEUE_ENTRY_TTL),
-                duration::display(self.ask.ttl)
-            ));
-        }
+            )
+        } else {
+            // Never queued (no --wait): only the request may still run.
+            format!(
+                "the request may still run when the server answers: a lock it takes then expires within {ttl}"
+            )
+        })
     }
 }
 

@@ -949,3 +949,26 @@ fn a_waiter_granted_after_a_stall_runs_its_command() {
     let _ = holder.wait(Duration::from_secs(20));
     out.code(0).stdout_contains("ran");
 }
+
+/// Repro (issue 23): a waiter that timed out or was interrupted left `P{K}:cancel:<token>` for
+/// 5 minutes, although nothing is promised to be left behind. With every request answered,
+/// leaving the queue leaves nothing; the marker is kept only while a request may arrive late
+/// (covered in bad_input and faults).
+#[test]
+fn a_waiter_that_gives_up_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let _token = hold(&server, "60s");
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "1s"])
+        .run()
+        .code(75);
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    waiter.signal("TERM");
+    waiter.wait(Duration::from_secs(5)).code(143);
+    let mut keys = server.keys_but_history();
+    keys.retain(|key| !key.ends_with(":fence"));
+    assert_eq!(keys, ["redlock:{job}:holders", "redlock:{job}:leases"]);
+}
