@@ -602,6 +602,26 @@ impl Lock {
             Queueing::Join(waiter) => (waiter.id.as_str(), false, waiter.claims),
             Queueing::Stay(waiter) => (waiter.id.as_str(), true, waiter.claims),
         };
+        // With too few replicas connected to acknowledge it, taking the lock would only give it
+        // back: nothing is taken (no fence burned, no hold in the history, no contender
+        // blocked), and a wait tries again after a pause. `WAIT 0 0` answers at once with the
+        // replicas that acknowledge this connection's writes: all connected ones. (Not on a
+        // Cluster, where this connection may be on another master than the lock's slot: the
+        // WAIT after the script still gives an unacknowledged lock back.)
+        if let Some(replicas) = replicas
+            && !session.is_cluster()
+        {
+            let connected: u32 = session.run(|con| redis::cmd("WAIT").arg(0).arg(0).query(con))?;
+            if connected < replicas.count {
+                return Err(fail(
+                    Failure::Unavailable,
+                    format!(
+                        "only {connected} of the {} replicas asked for are connected; nothing was taken",
+                        replicas.count
+                    ),
+                ));
+            }
+        }
         let keys = &self.keys;
         let (reply, acknowledged): (Vec<redis::Value>, _) = session.run(|con| {
             let inputs = AcquireInputs {
@@ -659,7 +679,12 @@ impl Lock {
                         Ok(count) => unacknowledged("the lock", count, replicas),
                         Err(err) => session.explain(&err).context("WAIT for replicas failed"),
                     };
-                    self.release(session, token, Duration::ZERO, &Ending::default())?;
+                    // Never recorded as a run that ended.
+                    let ending = Ending {
+                        why: Some("given back: too few replicas acknowledged it".to_owned()),
+                        ..Ending::default()
+                    };
+                    self.release(session, token, Duration::ZERO, &ending)?;
                     return Err(err.context("the lock was taken and given back"));
                 }
                 Ok(Acquisition::Acquired(lease))

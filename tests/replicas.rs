@@ -60,7 +60,7 @@ fn acquire_and_extend_count_only_what_replicas_acknowledged() {
         ])
         .run()
         .code(69)
-        .one_line_error("only 1 of the 2 replicas asked for acknowledged the lock");
+        .one_line_error("only 1 of the 2 replicas asked for are connected; nothing was taken");
     assert_eq!(master.cmd::<i64>(&["EXISTS", "redlock:{other}:holders"]), 0);
 
     // The replica stopped: the master still counts it connected, but it acknowledges nothing.
@@ -189,4 +189,35 @@ fn a_run_stops_its_command_when_replicas_stop_acknowledging_renewals() {
     assert!(wait_until(Duration::from_secs(5), || {
         master.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]) == 0
     }));
+}
+
+/// Repro (issue 23): with fewer connected replicas than `--replicas` asks for and `--wait`,
+/// redlock took and gave back the lock every ~1.5 s for the whole wait: each round blocked
+/// other contenders, burned a fence and wrote a `released` history entry for a command that
+/// never ran (`--wait 6s`: 4 entries). Now nothing is taken while too few are connected.
+#[test]
+fn replicas_that_cannot_acknowledge_are_waited_for_without_taking_the_lock() {
+    let (master, _replica) = master_and_replica();
+    let out = master
+        .redlock(&[
+            "run",
+            "--key",
+            "k",
+            "--ttl",
+            "10s",
+            "--replicas",
+            "2",
+            "--wait",
+            "4s",
+            "--",
+            "true",
+        ])
+        .run();
+    out.code(69)
+        .stderr_contains("only 1 of the 2 replicas asked for are connected; nothing was taken");
+    assert_eq!(
+        master.keys(),
+        Vec::<String>::new(),
+        "no fence burned, no history written"
+    );
 }

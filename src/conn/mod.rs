@@ -301,6 +301,11 @@ impl Session {
         }
     }
 
+    /// Whether this session talks to a Redis Cluster (a request may be redirected).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
     /// Runs one request; a failure becomes an error with the right outcome and the server
     /// named. In a Cluster, a request for a slot another node serves is sent again there
     /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran. A
