@@ -1,8 +1,10 @@
 -- extend: reset the expiry of a live holder (and of its history entry); never re-creates an
 -- expired or foreign lock, nor prolongs a hold that is over (kept for a minimum hold: a
 -- renewal still on its way when the run released must not hold it a whole lease longer).
+-- `keeper`: the pid of the process renewing it for `acquire --keep-alive` ('' = none), kept in
+-- the record beside the caller's.
 -- Returns {1, now_ms} when extended, {0, now_ms} when the token holds nothing.
-local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms'})
+local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms', 'keeper'})
 if refused then return refused end
 local token, ttl = arg.token, tonumber(arg.ttl_ms)
 
@@ -21,6 +23,7 @@ if mine == nil or mine.over then return {0, lock.now} end
 -- From here on, writes.
 begin_writes(lock)
 mine.exp, mine.ttl, mine.granted = lock.now + ttl, ttl, nil
+if arg.keeper ~= '' then mine.keeper = tonumber(arg.keeper) end
 put_holder(lock, token, mine, false)
 history_change(lock, mine.fence, function(entry) entry.exp = mine.exp end)
 settle(lock)

@@ -108,7 +108,7 @@ local FIELD_TYPES = {
   exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
   pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
   mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
-  outcome = 'string', over = 'boolean', why = 'string',
+  outcome = 'string', over = 'boolean', why = 'string', keeper = 'number',
 }
 
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson

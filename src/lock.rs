@@ -223,6 +223,9 @@ pub struct Holder {
     /// A hand-over grant its waiter has not yet claimed or renewed.
     #[serde(default)]
     pub granted: bool,
+    /// The pid of the keeper renewing it (`acquire --keep-alive`), on the same host.
+    #[serde(default)]
+    pub keeper: Option<u32>,
 }
 
 impl Holder {
@@ -525,6 +528,9 @@ pub struct Lock {
     keys: LockKeys,
     /// Releases publish on [`LockKeys::released_channel`] (quorum mode: its waiters listen).
     notify: bool,
+    /// Renewals come from the keeper of `acquire --keep-alive`, this pid: the holder record
+    /// names it beside the caller's.
+    keeper: Option<u32>,
 }
 
 impl Lock {
@@ -534,6 +540,7 @@ impl Lock {
             name,
             keys,
             notify: false,
+            keeper: None,
         }
     }
 
@@ -541,6 +548,14 @@ impl Lock {
     pub fn notifying(self) -> Self {
         Self {
             notify: true,
+            ..self
+        }
+    }
+
+    /// The same lock, renewed by the keeper process `pid` (`acquire --keep-alive`).
+    pub fn kept_by(self, pid: u32) -> Self {
+        Self {
+            keeper: Some(pid),
             ..self
         }
     }
@@ -822,6 +837,7 @@ impl Lock {
                 history: arg(&keys.history),
                 token: arg(token.as_str()),
                 ttl_ms: arg(ttl_ms),
+                keeper: arg(self.keeper.map_or(String::new(), |pid| pid.to_string())),
             };
             match replicas {
                 Some(replicas) => scripts::EXTEND

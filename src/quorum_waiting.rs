@@ -25,7 +25,7 @@ use crate::waiting::{Ask, Held, Outcome, Wait};
 /// What the main thread hears while waiting.
 enum Event {
     /// An acquisition round ended.
-    Round(Attempt),
+    Round(Box<Attempt>),
     /// A release was published on one of the masters.
     Released,
 }
@@ -85,7 +85,7 @@ pub(crate) fn acquire(
                 (Arc::clone(quorum), lock.clone(), token.clone(), ask.clone());
             let reentering = reenter.is_some();
             worker.run(&inbox.reporter(), move || {
-                Event::Round(quorum.try_acquire(
+                Event::Round(Box::new(quorum.try_acquire(
                     &lock,
                     &Request {
                         token: &token,
@@ -95,7 +95,7 @@ pub(crate) fn acquire(
                         reenter: reentering,
                         replicas: ask.replicas,
                     },
-                ))
+                )))
             });
         }
         // A release announced while the round is out may be one the round did not see.
@@ -108,7 +108,7 @@ pub(crate) fn acquire(
                     }
                     return Ok(Outcome::Interrupted(signal));
                 }
-                Some(Incoming::Reply(Event::Round(attempt))) => break attempt,
+                Some(Incoming::Reply(Event::Round(attempt))) => break *attempt,
                 Some(Incoming::Panicked(panic)) => {
                     anyhow::bail!("an acquisition round panicked: {panic}")
                 }

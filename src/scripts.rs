@@ -97,7 +97,7 @@ inputs! {
     /// `lua/extend.lua`.
     ExtendInputs {
         keys: [holders, leases, history],
-        args: [token, ttl_ms],
+        args: [token, ttl_ms, keeper],
     }
 }
 

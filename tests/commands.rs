@@ -76,6 +76,7 @@ fn acquire_prints_a_token_and_inspect_shows_the_holder() {
             "held_ms",
             "holds",
             "host",
+            "keeper_pid",
             "min_hold",
             "mode",
             "note",
@@ -1034,4 +1035,49 @@ fn list_of_nothing_says_so_only_on_a_terminal() {
         shown.contains("no locks are held under prefix 'redlock:'"),
         "{shown}"
     );
+}
+
+/// Repro (issue 23): a `--keep-alive` lock showed only the caller's pid, often gone by then:
+/// the keeper that renews it is named too, once it has renewed.
+#[test]
+fn a_kept_lock_names_its_keeper() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&[
+            "acquire",
+            "--key",
+            "k",
+            "--ttl",
+            "3s",
+            "--keep-alive",
+            "--max-hold",
+            "20s",
+        ])
+        .run();
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    let mut keeper = serde_json::Value::Null;
+    assert!(wait_until(Duration::from_secs(5), || {
+        let view = server
+            .redlock(&["inspect", "--key", "k", "--json"])
+            .run()
+            .json();
+        keeper = view["holders"][0]["keeper_pid"].clone();
+        !keeper.is_null()
+    }));
+    let pid = keeper.as_u64().unwrap();
+    assert!(
+        crate::util::alive(u32::try_from(pid).unwrap()),
+        "keeper {pid}"
+    );
+    server
+        .redlock(&["inspect", "--key", "k"])
+        .run()
+        .code(0)
+        .stdout_contains(&format!(" (keeper {pid})"));
+    server
+        .redlock(&["release", "--key", "k"])
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(0);
 }

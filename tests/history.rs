@@ -379,6 +379,7 @@ fn notes_show_wherever_the_holder_does() {
             "held_ms",
             "holds",
             "host",
+            "keeper_pid",
             "min_hold",
             "mode",
             "note",

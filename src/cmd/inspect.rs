@@ -70,6 +70,8 @@ struct HolderView<'a> {
     /// The run has ended, and the lock is kept only for its minimum hold (`--min-hold`),
     /// until the lease's end.
     min_hold: bool,
+    /// The keeper renewing it (`acquire --keep-alive`), on the holder's host; null otherwise.
+    keeper_pid: Option<u32>,
 }
 
 impl<'a> LockView<'a> {
@@ -104,6 +106,7 @@ impl<'a> LockView<'a> {
                     renewed: rfc3339(holder.renewed()),
                     renewed_ms: holder.renewed(),
                     min_hold: holder.over,
+                    keeper_pid: holder.keeper,
                 })
                 .collect(),
             holder_count: (state.holder_count != state.holders.len()).then_some(state.holder_count),
@@ -163,6 +166,10 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     };
     let mut cells = vec![mode];
     cells.extend(who_cells(&holder.who));
+    // The caller of `acquire --keep-alive` may be gone; the keeper is what keeps it.
+    if let Some(keeper) = holder.keeper {
+        cells[2] = format!("{} (keeper {keeper})", holder.who.pid);
+    }
     // A lock kept after its run ended says so where its lease is shown.
     let ttl_left = duration::display(elapsed(now, holder.exp));
     cells.extend([

@@ -40,7 +40,7 @@ pub(super) fn run(context: &Context, args: &KeepAliveArgs) -> anyhow::Result<Don
         replicas: args.replicas,
     };
     let signals = Signals::block(context.inherited)?;
-    let lock = context.lock(name);
+    let lock = context.lock(name).kept_by(std::process::id());
     match keep::keep(&signals, &context.store, &lock, &token, &keep, context.log)? {
         Ended::Signal(signal) => Ok(Done::Interrupted(signal)),
         Ended::Released | Ended::PidGone | Ended::TimeUp => Ok(Done::Success),
