@@ -119,12 +119,7 @@ fn two_columns(rows: &[(&str, &str)]) -> String {
 /// acquisition also hands out a fencing token, a number that only ever grows, which a resource
 /// can check to refuse a holder whose lease ran out.
 #[derive(Debug, Parser)]
-#[command(
-    name = "redlock",
-    version,
-    disable_help_subcommand = true,
-    max_term_width = 100
-)]
+#[command(name = "redlock", version, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -202,7 +197,7 @@ pub struct Global {
     pub verbose: u8,
 
     /// Write redlock's own stderr lines as text, or as one JSON object per line
-    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = LogFormatName)]
     pub log_format: crate::log::Format,
 }
 
@@ -211,6 +206,33 @@ fn parse_log_format(text: &str) -> Result<crate::log::Format, String> {
         "text" => Ok(crate::log::Format::Text),
         "json" => Ok(crate::log::Format::Json),
         _ => Err("must be text or json".into()),
+    }
+}
+
+/// `--log-format`: text or json, which help and shell completion offer.
+#[derive(Clone)]
+struct LogFormatName;
+
+impl clap::builder::TypedValueParser for LogFormatName {
+    type Value = crate::log::Format;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<crate::log::Format, clap::Error> {
+        clap::builder::TypedValueParser::parse_ref(&parse_log_format, command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            ["text", "json"]
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
     }
 }
 
@@ -431,6 +453,7 @@ pub struct RunArgs {
         value_name = "COMMAND",
         trailing_var_arg = true,
         num_args = 1..,
+        value_hint = clap::ValueHint::CommandWithArguments,
         required_unless_present = "shell_command",
         value_parser = clap::value_parser!(std::ffi::OsString)
     , help_heading = "Command")]
@@ -628,12 +651,52 @@ pub struct CompletionsArgs {
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// The command whose page to print (default: the overview)
-    #[arg(value_name = "COMMAND")]
+    #[arg(value_name = "COMMAND", value_parser = PageName)]
     pub command: Option<String>,
 
     /// Write every page into DIR/man1 instead (e.g. /usr/local/share/man)
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub install: Option<PathBuf>,
+}
+
+/// The commands that have a manual page (`redlock man COMMAND`), in the order of `--help`.
+pub const MAN_PAGES: &[&str] = &[
+    "run",
+    "acquire",
+    "release",
+    "extend",
+    "inspect",
+    "history",
+    "list",
+    "doctor",
+    "completions",
+    "man",
+];
+
+/// `redlock man`'s COMMAND: any word parses (the command says which pages exist, in its own
+/// words), but the pages are the possible values, for help and shell completion.
+#[derive(Clone)]
+struct PageName;
+
+impl clap::builder::TypedValueParser for PageName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            MAN_PAGES.iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
 }
 
 /// A `--reason`: one line of at most 200 characters, for the history.

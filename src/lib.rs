@@ -133,10 +133,21 @@ fn run_parsed(
 /// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     let mut command = Cli::command();
-    if args.iter().any(|arg| arg == "--help") {
+    let long_help =
+        args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
+    if long_help {
         command = command.after_long_help(cli::after_long_help());
     }
-    let mut matches = command.try_get_matches_from(args)?;
+    let mut matches = match command.try_get_matches_from_mut(args) {
+        Ok(matches) => matches,
+        Err(err) if is_help(&err) => {
+            // Help was asked for: only now build every subcommand (they are deferred, see
+            // `cli::Command`), so that the list of commands has their descriptions.
+            command.build();
+            return Err(command.try_get_matches_from(args).err().unwrap_or(err));
+        }
+        Err(err) => return Err(err),
+    };
     // Global options are propagated down to the subcommand with their source.
     let mut deepest = &matches;
     while let Some((_, sub)) = deepest.subcommand() {
@@ -146,6 +157,14 @@ fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
     cli.global.redis_from_env = redis_from_env;
     Ok(cli)
+}
+
+/// Whether clap's "error" is help to print.
+fn is_help(err: &clap::Error) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
 }
 
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.
