@@ -178,11 +178,11 @@ pub struct Global {
     pub prefix: String,
 
     /// Give up connecting to Redis after this long (TLS handshake and login included)
-    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, help_heading = "Connection")]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
     pub connect_timeout: Duration,
 
     /// Give up on any single Redis command after this long
-    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, help_heading = "Connection")]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
     pub command_timeout: Duration,
 
     #[command(flatten)]
@@ -324,7 +324,7 @@ pub struct LockArgs {
     ///
     /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
     /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse, allow_hyphen_values = true)]
     pub wait: crate::waiting::Wait,
 
     /// Share the lock with other --shared holders (a read lock); exclusive requests queued
@@ -352,7 +352,7 @@ pub struct LockArgs {
     ///
     /// The line names the holder, how long it has held the lock, the place in the queue and the
     /// time left of --wait. On a terminal one line is redrawn in place instead.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = Every::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = Every::parse, allow_hyphen_values = true)]
     pub progress_every: Every,
 
     /// Count the lock as taken, and each renewal as done, only once N replicas acknowledged
@@ -372,6 +372,16 @@ pub struct LockArgs {
     /// Buildkite the default is the URL of the job (run) from the environment they set.
     #[arg(long, value_name = "TEXT", env = "REDLOCK_NOTE")]
     pub note: Option<String>,
+}
+
+/// `run --ttl`: run renews the lease and must stop its command within it, so its floor is
+/// higher than other durations' (the same rule `schedule` applies).
+fn parse_run_ttl(text: &str) -> Result<Duration, String> {
+    duration::parse_at_least(
+        text,
+        crate::schedule::MIN_TTL,
+        " for run (renewals and the kill schedule must fit in the lease)",
+    )
 }
 
 /// A period, or `0` for never.
@@ -409,22 +419,22 @@ pub struct RunArgs {
     pub lock: LockArgs,
 
     /// Lease, renewed while the command runs; how long the lock outlives a crashed host
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_run_ttl, allow_hyphen_values = true, help_heading = "Command")]
     pub ttl: Duration,
 
     /// Renew the lease this often [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub renew_every: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL when stopping the command [default: 10s]
     ///
     /// When the lock is being lost the grace is shortened if needed, so that the command is
     /// dead before the lease can lapse.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub kill_after: Option<Duration>,
 
     /// Stop the command (SIGTERM, grace, SIGKILL) after this long and exit 124
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub max_runtime: Option<Duration>,
 
     /// Keep the lock until this long after acquisition, even if the command ends sooner
@@ -432,7 +442,7 @@ pub struct RunArgs {
     /// The same cron entry firing moments later on a host with a skewed clock then finds the
     /// lock taken and skips, instead of running the job twice. Measured on the Redis server's
     /// clock.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub min_hold: Option<Duration>,
 
     /// Run STRING with `sh -c` instead of a command given as arguments
@@ -492,7 +502,7 @@ pub struct AcquireArgs {
     pub while_pid: Option<u32>,
 
     /// With --keep-alive: stop renewing this long after acquisition
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, requires = "keep_alive")]
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, allow_hyphen_values = true, requires = "keep_alive")]
     pub max_hold: Duration,
 }
 
@@ -503,10 +513,10 @@ pub struct KeepAliveArgs {
     #[arg(long, value_name = "NAME")]
     pub key: String,
 
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub max_hold: Duration,
 
     #[arg(long, value_name = "PID")]

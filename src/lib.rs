@@ -102,7 +102,7 @@ fn run_parsed(
             if json_asked {
                 log::set_format(log::Format::Json);
             }
-            return report_parse_error(&err);
+            return report_parse_error(&err, &args);
         }
     };
     log::set_format(cli.global.log_format);
@@ -168,7 +168,7 @@ fn is_help(err: &clap::Error) -> bool {
 }
 
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.
-fn report_parse_error(err: &clap::Error) -> u8 {
+fn report_parse_error(err: &clap::Error, args: &[OsString]) -> u8 {
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = err.print();
@@ -200,8 +200,21 @@ fn report_parse_error(err: &clap::Error) -> u8 {
                 .first()
                 .map(|tip| format!(" (tip: {tip})"))
                 .unwrap_or_default();
+            // Point to the help of the command given, where its options are: the first word
+            // that names one (a global option's value rarely does).
+            let command = args
+                .iter()
+                .skip(1)
+                .take_while(|arg| *arg != "--")
+                .find_map(|arg| {
+                    cli::MAN_PAGES
+                        .iter()
+                        .find(|command| arg.to_str() == Some(command))
+                })
+                .map(|command| format!(" {command}"))
+                .unwrap_or_default();
             log::error(
-                format_args!("{what}{tip}; see 'redlock --help'"),
+                format_args!("{what}{tip}; see 'redlock{command} --help'"),
                 exit::USAGE,
             );
             exit::USAGE

@@ -50,14 +50,38 @@ fn bad_durations_are_usage_errors() {
         ("abc", "is not a duration"),
         ("10M", "means months"),
         ("1y", "years"),
-        ("400d", "longer than the limit of 30days"),
+        ("400d", "longer than the limit of 30 days"),
+        ("10x", "units ms, s, m or min, h, d, w"),
         ("", "empty duration"),
     ] {
         server
             .redlock(&["acquire", "--key", "k", "--ttl", ttl])
             .run()
             .code(64)
-            .one_line_error(why);
+            .one_line_error(why)
+            .stderr_contains("see 'redlock acquire --help'");
+    }
+    // The units offered are the ones accepted: months and years are refused.
+    let out = server
+        .redlock(&["acquire", "--key", "k", "--ttl", "10x"])
+        .run();
+    if out.stderr.contains("month") || out.stderr.contains("year") {
+        out.fail("offers units that are refused");
+    }
+    // One rule and one wording for every duration flag, --wait included; run's lease has a
+    // higher floor, said the same way for 0 as for 500ms.
+    server
+        .redlock(&["acquire", "--key", "k", "--ttl", "1s", "--wait", "-1"])
+        .run()
+        .code(64)
+        .one_line_error("invalid value '-1' for '--wait <DURATION>': must be positive");
+    for ttl in ["0", "500ms"] {
+        server
+            .redlock(&["run", "--key", "k", "--ttl", ttl, "--", "true"])
+            .run()
+            .code(64)
+            .one_line_error("must be at least 1.0s for run")
+            .stderr_contains("see 'redlock run --help'");
     }
     server
         .redlock(&[

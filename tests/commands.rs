@@ -832,6 +832,16 @@ fn doctor_names_what_is_unsafe() {
     let json = server.redlock(&["doctor", "--json"]).run();
     json.code(0);
     assert_eq!(json.json().as_array().unwrap().len(), 5);
+    // The same word in JSON as in text.
+    let persistence = json
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|finding| finding["check"] == "persistence")
+        .cloned()
+        .unwrap();
+    assert_eq!(persistence["verdict"], "warning", "{persistence}");
 
     for (policy, expected) in [
         ("volatile-lru", "UNSAFE"),

@@ -178,12 +178,23 @@ impl Context {
 
     /// Takes the lock as `ask` says (`run`, `acquire`).
     fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
-        match &self.store {
+        let taken = match &self.store {
             Store::One(target) => waiting::acquire(signals, target, lock, ask, self.log),
             Store::Quorum(quorum) => {
                 crate::quorum_waiting::acquire(signals, quorum, lock, ask, self.log)
             }
-        }
+        };
+        // The scripts refuse a mode or limit that differs from the holders' ("the lock is a
+        // semaphore of 2, not ...") knowing only keys: the line names the lock.
+        taken.map_err(|err| {
+            let mode_refused = crate::exit::failure_of(&err) == Some(Failure::Usage)
+                && err.to_string().starts_with("the lock is ");
+            if mode_refused {
+                err.context(format!("lock '{}'", lock.name.as_str()))
+            } else {
+                err
+            }
+        })
     }
 }
 

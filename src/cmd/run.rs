@@ -100,7 +100,7 @@ fn plan(context: &Context, args: &RunArgs) -> anyhow::Result<Plan> {
             Failure::Usage,
             match unfit {
                 Unfit::LeaseTooShort => format!(
-                    "--ttl {ttl}: run needs a lease of at least {} (renewals and the kill schedule must fit in it)",
+                    "--ttl {ttl}: must be at least {} for run (renewals and the kill schedule must fit in the lease)",
                     duration::display(MIN_TTL)
                 ),
                 Unfit::RenewalsTooFarApart { at_most } => format!(
