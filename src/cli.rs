@@ -316,21 +316,31 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Lock")]
 pub struct LockArgs {
-    /// Name of the lock
+    /// Name of the lock (or give it as the first word, as flock, consul lock and etcdctl lock
+    /// take theirs)
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
     ///
     /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
-    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse, allow_hyphen_values = true)]
+    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis. A bare number
+    /// is seconds, as flock's -w takes it.
+    #[arg(short = 'w', long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse, allow_hyphen_values = true)]
     pub wait: crate::waiting::Wait,
+
+    /// Do not wait for a busy lock (the default; flock's -n)
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
 
     /// Share the lock with other --shared holders (a read lock); exclusive requests queued
     /// before a shared one go first, so writers are not starved
-    #[arg(long, conflicts_with = "limit")]
+    #[arg(short = 's', long, conflicts_with = "limit")]
     pub shared: bool,
+
+    /// Take the lock exclusively (the default; flock's -x)
+    #[arg(short = 'x', long, conflicts_with_all = ["shared", "limit"])]
+    pub exclusive: bool,
 
     /// Make the lock a semaphore: at most N holders at once (all must use the same N)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -450,15 +460,16 @@ pub struct RunArgs {
         short = 'c',
         long = "shell-command",
         value_name = "STRING",
-        conflicts_with = "command",
         help_heading = "Command"
     )]
     pub shell_command: Option<String>,
 
-    /// The command and its arguments, run directly without a shell
+    /// The command and its arguments, run directly without a shell; without --key, the lock's
+    /// name comes first (`redlock run NAME -- COMMAND...`)
     ///
     /// The command starts at `--` or at the first word that does not begin with `-`; an
-    /// unknown option before it is a usage error, not the command.
+    /// unknown option before it is a usage error, not the command. Without --key its first
+    /// word is the lock's name, and the command follows (after a `--`, if given).
     #[arg(
         value_name = "COMMAND",
         trailing_var_arg = true,
@@ -476,6 +487,10 @@ pub struct RunArgs {
 /// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     #[command(flatten)]
     pub lock: LockArgs,
 
@@ -533,9 +548,13 @@ pub struct KeepAliveArgs {
 /// whatever holds the lock and prints who was evicted, for the audit trail.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Token printed by `acquire`
     #[arg(
@@ -571,9 +590,13 @@ pub struct ReleaseArgs {
 /// a holder that lost its lock must find out, not silently get it back.
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Token printed by `acquire`
     #[arg(short, long, value_name = "TOKEN", env = "REDLOCK_TOKEN", hide_env_values = true, value_parser = Token::parse)]
@@ -594,9 +617,13 @@ pub struct ExtendArgs {
 /// and fencing token, and the last fencing token issued for the name.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]
@@ -612,9 +639,13 @@ pub struct InspectArgs {
 /// lease gone) or given back. Newest first; exit 1 if the lock has no history.
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]

@@ -390,6 +390,104 @@ fn force_release_evicts_and_reports_who() {
         .one_line_error("was free");
 }
 
+/// flock, consul lock and etcdctl lock take the lock's name first, and so does redlock: the
+/// same as --key, and both at once must agree. flock's -s, -x, -n and -w mean what they do there.
+#[test]
+fn the_lock_name_may_come_first_and_flocks_options_work() {
+    let server = RedisServer::start();
+    let out = server.redlock(&["acquire", "deploy", "--ttl", "30s"]).run();
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    server
+        .redlock(&["inspect", "deploy"])
+        .run()
+        .code(0)
+        .stdout_contains("deploy");
+    server
+        .redlock(&["extend", "deploy", "--ttl", "60s", "--token", &token])
+        .run()
+        .code(0);
+    server
+        .redlock(&["release", "deploy", "--key", "deploy", "--token", &token])
+        .run()
+        .code(0);
+    server.redlock(&["history", "deploy"]).run().code(0);
+    // run: the name, then the command (after `--` or not), or -c STRING.
+    for (args, printed) in [
+        (
+            &["deploy", "--", "sh", "-c", "echo \"in $REDLOCK_KEY\""][..],
+            "in deploy",
+        ),
+        (&["deploy", "echo", "plain"], "plain"),
+        (
+            &["deploy", "-c", "echo \"shell $REDLOCK_KEY\""],
+            "shell deploy",
+        ),
+        (&["-c", "echo after", "deploy"], "after"),
+    ] {
+        server
+            .redlock(&["run", "--ttl", "5s"])
+            .args(args)
+            .run()
+            .code(0)
+            .stdout_contains(printed);
+    }
+    // Named twice, differently: refused before anything is taken.
+    for args in [
+        &["acquire", "a", "--key", "b", "--ttl", "5s"][..],
+        &["inspect", "a", "-k", "b"],
+        &["history", "a", "-k", "b"],
+        &["release", "a", "-k", "b", "--force"],
+        &["extend", "a", "-k", "b", "--ttl", "5s", "--token", &token],
+    ] {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("lock name: given twice, as --key 'b' and as 'a'");
+    }
+    server
+        .redlock(&["run", "deploy"])
+        .run()
+        .code(64)
+        .one_line_error("lock 'deploy': no command to run");
+    let keys = server.keys();
+    assert!(
+        !keys
+            .iter()
+            .any(|key| key.contains("{a}") || key.contains("{b}")),
+        "{keys:?}"
+    );
+
+    // -s shares, -x is exclusive (the default), -n does not wait, -w waits (seconds, as
+    // flock's -w takes them).
+    for _ in 0..2 {
+        server
+            .redlock(&["acquire", "-s", "files", "--ttl", "30s"])
+            .run()
+            .code(0);
+    }
+    server
+        .redlock(&["acquire", "-x", "-n", "files", "--ttl", "5s"])
+        .run()
+        .code(75);
+    server
+        .redlock(&["run", "-w", "0.3", "--ttl", "5s", "files", "--", "true"])
+        .run()
+        .code(75)
+        .stderr_contains("still busy after waiting 300ms");
+    // After the name the command starts: an option there would be run as one.
+    server
+        .redlock(&["run", "files", "--ttl", "5s", "--", "true"])
+        .run()
+        .code(64)
+        .one_line_error("lock 'files': --ttl comes after the lock's name");
+    server
+        .redlock(&["acquire", "-s", "-x", "files", "--ttl", "5s"])
+        .run()
+        .code(64);
+}
+
 #[test]
 fn inspect_of_a_free_lock_exits_1() {
     let server = RedisServer::start();

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, ask, busy, keep_alive, lock_name, print_json, print_line};
+use super::{Context, ask, busy, keep_alive, lock_name, named, print_json, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
@@ -28,7 +28,7 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.lock.key)?;
+    let name = lock_name(named(args.lock.key.as_deref(), args.name.as_deref())?)?;
     if context.inherited.stdout_closed {
         // The token is the only way to release the lock: nobody could ever read it.
         return Err(fail(

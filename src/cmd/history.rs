@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::{
-    Context, elapsed, lock_name, print_json, print_line, printable, rfc3339, shown, table,
+    Context, elapsed, lock_name, named, print_json, print_line, printable, rfc3339, shown, table,
     warn_unreadable,
 };
 use crate::cli::HistoryArgs;
@@ -98,7 +98,7 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
 }
 
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.key)?;
+    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
     let mut session = context.connect_to(context.target("history")?)?;
     let lock = Lock::new(&context.prefix, name);
     let (now, mut entries, unreadable) = lock.history(&mut session)?;

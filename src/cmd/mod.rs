@@ -397,6 +397,26 @@ fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
+/// The lock's name, given with --key or as the first word (flock's, consul's and etcdctl's
+/// habit): one of them, or both the same.
+fn named<'a>(flag: Option<&'a str>, word: Option<&'a str>) -> anyhow::Result<&'a str> {
+    match (flag, word) {
+        (Some(flag), Some(word)) if flag != word => Err(fail(
+            Failure::Usage,
+            format!(
+                "lock name: given twice, as --key '{}' and as '{}'; give it once",
+                printable(flag),
+                printable(word)
+            ),
+        )),
+        (Some(name), _) | (None, Some(name)) => Ok(name),
+        (None, None) => Err(fail(
+            Failure::Usage,
+            "lock name: missing; give it first (redlock run NAME -- COMMAND) or with --key NAME",
+        )),
+    }
+}
+
 /// The lock named by `--key`, which every JSON log line names from now on.
 fn lock_name(key: &str) -> anyhow::Result<LockName> {
     let name = LockName::new(key).context("--key")?;
