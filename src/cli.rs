@@ -512,7 +512,7 @@ pub struct AcquireArgs {
     #[arg(long)]
     pub keep_alive: bool,
 
-    /// With --keep-alive: release the lock when this process exits
+    /// With --keep-alive: release the lock when this process exits (it must exist)
     #[arg(long, value_name = "PID", requires = "keep_alive")]
     pub while_pid: Option<u32>,
 

@@ -770,6 +770,33 @@ fn a_kept_lock_lives_until_released_or_its_limits() {
 
 /// Fences keep rising when the fence counter is lost (deleted, flushed, evicted, a restart
 /// without persistence): a missing counter starts from the server's clock in microseconds.
+/// `--while-pid` naming no process would have the keeper release the lock at once, behind a
+/// printed token: refused before anything is taken.
+#[test]
+fn a_kept_lock_for_a_process_that_does_not_exist_is_refused() {
+    let server = RedisServer::start();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let gone = gone.id().to_string();
+    for pid in [gone.as_str(), "0", "4294967295"] {
+        server
+            .redlock(&[
+                "acquire",
+                "--key",
+                "kept",
+                "--ttl",
+                "5s",
+                "--keep-alive",
+                "--while-pid",
+                pid,
+            ])
+            .run()
+            .code(64)
+            .one_line_error(&format!("--while-pid {pid}: no such process"));
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
+
 #[test]
 fn fences_keep_rising_when_the_counter_is_lost() {
     let mut server = RedisServer::start();

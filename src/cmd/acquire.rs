@@ -36,6 +36,9 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
             "stdout is closed: the token could not be printed, so the lock was not taken",
         ));
     }
+    if let Some(pid) = args.while_pid {
+        check_watched_pid(pid)?;
+    }
     let signals = Signals::block(context.inherited)?;
     let lock = context.lock(name);
     let key = printable(lock.name.as_str());
@@ -134,4 +137,25 @@ fn give_back(
             context.log,
         )
         .map(drop)
+}
+
+/// `--while-pid`: the process must exist now, or the keeper would release the lock at once
+/// and the printed token hold nothing.
+fn check_watched_pid(pid: u32) -> anyhow::Result<()> {
+    let exists = i32::try_from(pid)
+        .ok()
+        .filter(|pid| *pid > 0)
+        .is_some_and(|pid| {
+            // EPERM: it exists, owned by another user.
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                != Err(nix::errno::Errno::ESRCH)
+        });
+    if exists {
+        Ok(())
+    } else {
+        Err(fail(
+            Failure::Usage,
+            format!("--while-pid {pid}: no such process; the lock was not taken"),
+        ))
+    }
 }
