@@ -628,6 +628,11 @@ pub struct InspectArgs {
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Show a lock's last holds: who, when, how long, and how each ended
@@ -650,6 +655,11 @@ pub struct HistoryArgs {
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// List the held locks under the prefix, with their holders
@@ -660,6 +670,11 @@ pub struct ListArgs {
     /// Print a JSON array of the objects `inspect --json` prints
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Check what the Redis server does to the safety of locks; exit 1 if anything is unsafe

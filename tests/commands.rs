@@ -488,6 +488,67 @@ fn the_lock_name_may_come_first_and_flocks_options_work() {
         .code(64);
 }
 
+/// On a terminal, list, inspect and history fit its width, cutting commands and notes with an
+/// ellipsis; `--wide` shows them whole, and so does a pipe, always. An empty list on a
+/// terminal names the server and database it looked in.
+#[test]
+fn tables_fit_a_terminal_and_never_cut_a_pipe() {
+    let server = RedisServer::start();
+    let long_command = format!("echo {}", "c".repeat(200));
+    let long_note = "n".repeat(150);
+    server
+        .redlock(&[
+            "run", "--ttl", "5s", "--note", &long_note, "wide", "--", "sh", "-c",
+        ])
+        .arg(&long_command)
+        .run()
+        .code(0);
+    let out = server
+        .redlock(&["acquire", "wide", "--ttl", "30s", "--note", &long_note])
+        .run();
+    out.code(0);
+    let on_a_terminal = |commands: &str| -> String {
+        let out = std::process::Command::new("script")
+            .args(["-qfec", &format!("stty cols 160; {commands}"), "/dev/null"])
+            .env("REDLOCK_URL", server.url())
+            .output()
+            .expect("script(1) from util-linux");
+        String::from_utf8_lossy(&out.stdout).replace('\r', "")
+    };
+    let redlock = crate::util::REDLOCK;
+    let fitted = on_a_terminal(&format!(
+        "{redlock} list; {redlock} inspect wide; {redlock} history wide"
+    ));
+    for line in fitted.lines() {
+        assert!(
+            line.chars().count() <= 160,
+            "wider than the terminal: {line}\n{fitted}"
+        );
+    }
+    assert!(fitted.matches('…').count() >= 6, "{fitted}");
+    assert!(!fitted.contains(&long_note), "{fitted}");
+    let wide = on_a_terminal(&format!(
+        "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
+    ));
+    // list, inspect (its holder and its last run), history (both holds).
+    assert_eq!(wide.matches(long_note.as_str()).count(), 5, "{wide}");
+    for args in [&["list"][..], &["inspect", "wide"], &["history", "wide"]] {
+        server
+            .redlock(args)
+            .run()
+            .code(0)
+            .stdout_contains(&long_note);
+    }
+    let empty = on_a_terminal(&format!("{redlock} --prefix nothing: list"));
+    assert!(
+        empty.contains(&format!(
+            "no locks are held under prefix 'nothing:' on {}, database 0",
+            server.url()
+        )),
+        "{empty}"
+    );
+}
+
 #[test]
 fn inspect_of_a_free_lock_exits_1() {
     let server = RedisServer::start();
