@@ -254,6 +254,53 @@ fn readme_lists_every_exit_code() {
     }
 }
 
+/// README's "Commands and flags" reference names every command and every option clap knows
+/// (short forms too), so that nothing the program accepts is missing from it.
+#[test]
+fn readme_reference_names_every_command_and_option() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Commands and flags")
+        .expect("a Commands and flags section")..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut missing = Vec::new();
+    let check = |cmd: &clap::Command, missing: &mut Vec<String>| {
+        for arg in cmd.get_arguments().filter(|arg| !arg.is_hide_set()) {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            if let Some(long) = arg.get_long()
+                && !section.contains(&format!("`--{long}"))
+                && !section.contains(&format!(" --{long}"))
+                && !section.contains(&format!("[--{long}"))
+            {
+                missing.push(format!("{} --{long}", cmd.get_name()));
+            }
+            if let Some(short) = arg.get_short()
+                && !section.contains(&format!("`-{short}"))
+            {
+                missing.push(format!("{} -{short}", cmd.get_name()));
+            }
+        }
+    };
+    check(&cmd, &mut missing);
+    for sub in cmd.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        if !section.contains(&format!("| `{}", sub.get_name())) {
+            missing.push(format!("the command {}", sub.get_name()));
+        }
+        check(sub, &mut missing);
+    }
+    assert!(missing.is_empty(), "README's reference lacks: {missing:?}");
+}
+
 #[test]
 fn readme_lists_every_environment_variable() {
     let readme =
