@@ -301,6 +301,29 @@ fn readme_reference_names_every_command_and_option() {
     assert!(missing.is_empty(), "README's reference lacks: {missing:?}");
 }
 
+/// README's Development section names every tool `.ci/run` installs when missing.
+#[test]
+fn readme_development_names_what_ci_installs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Development")
+        .expect("a Development section")..];
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let tools: Vec<&str> = ci
+        .split("command -v ")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert!(tools.contains(&"redis-server"), "{tools:?}");
+    for tool in tools {
+        assert!(
+            section.contains(tool),
+            "README's Development section lacks {tool}"
+        );
+    }
+}
+
 #[test]
 fn readme_lists_every_environment_variable() {
     let readme =
