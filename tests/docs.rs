@@ -558,6 +558,35 @@ fn readme_recipes_work() {
     let first = first.join().unwrap();
     assert!(first.status.success(), "{first:?}");
     assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "held=1");
+    // However it is started: with sh (executable or not), as ./script, by a relative or an
+    // absolute path, or found on PATH.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(&wrapper, bin.join("report")).unwrap();
+    let plain = dir.path().join("plain.sh");
+    std::fs::write(&plain, std::fs::read(&wrapper).unwrap()).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for how in [
+        "sh report.sh",
+        "sh plain.sh",
+        "./report.sh",
+        "bin/report",
+        &wrapper.display().to_string(),
+        "report",
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(how)
+            .current_dir(dir.path())
+            .env("REDLOCK_URL", server.url())
+            .env("PATH", format!("{}:{path}", bin.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "held=1",
+            "started as `{how}`: {out:?}"
+        );
+    }
 
     // The cron recipe's command, run twice as two hosts would: one runs, one skips quietly.
     let cron = readme_block("**Cron on several hosts");
