@@ -149,6 +149,58 @@ fn completions_offer_what_each_place_takes() {
         !after_command.iter().any(|word| word == "--ttl"),
         "{after_command:?}"
     );
+
+    // fish, where installed: its `complete -C` answers for a command line.
+    let fish_file = dir.path().join("redlock.fish");
+    std::fs::write(&fish_file, script("fish")).unwrap();
+    let fish = |line: &str| -> Option<Vec<String>> {
+        let out = std::process::Command::new("fish")
+            .args(["--no-config", "-c"])
+            .arg(format!(
+                "source '{}'; complete -C '{line}'",
+                fish_file.display()
+            ))
+            .env("HOME", dir.path())
+            .output()
+            .ok()?;
+        assert!(out.status.success(), "{line}: {out:?}");
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|line| line.split('\t').next().unwrap_or_default().to_owned())
+                .collect(),
+        )
+    };
+    if let Some(top) = fish("redlock ") {
+        assert!(top.contains(&"run".to_owned()), "{top:?}");
+        assert!(!top.contains(&"keep-alive".to_owned()), "{top:?}");
+        assert_eq!(
+            fish("redlock list --log-format ").unwrap(),
+            ["json", "text"]
+        );
+        assert_eq!(fish("redlock man hi").unwrap(), ["history"]);
+        let after_dashes = fish("redlock run -k x -- printen").unwrap();
+        assert!(
+            after_dashes.contains(&"printenv".to_owned()),
+            "{after_dashes:?}"
+        );
+        let options = fish("redlock run -k x -- ls --ke").unwrap();
+        assert!(!options.contains(&"--key".to_owned()), "{options:?}");
+    }
+    // zsh, where installed: the script parses; its man page names and run's command (zsh's own
+    // command completion) are in it.
+    let zsh_script = script("zsh");
+    assert!(zsh_script.contains("_cmdambivalent"));
+    assert!(
+        zsh_script
+            .contains("(run acquire release extend inspect history list doctor completions man)")
+    );
+    if let Ok(out) = std::process::Command::new("zsh")
+        .args(["-n", "-c", &zsh_script])
+        .output()
+    {
+        assert!(out.status.success(), "zsh: {out:?}");
+    }
 }
 
 /// One page per command, sorted by file name. The top page gets real ENVIRONMENT, EXIT STATUS

@@ -1,6 +1,6 @@
 //! `redlock completions SHELL`: shell completion scripts generated from the clap definition,
-//! without the hidden internal commands, and for bash with the words after `run ... --` left
-//! to the command being run.
+//! without the hidden internal commands; for bash and fish, the words after `run ... --` are
+//! left to the command being run, and fish is told the page names `man` takes.
 
 use clap::CommandFactory as _;
 use clap_complete::Shell;
@@ -14,8 +14,10 @@ pub(super) fn run(args: &CompletionsArgs) -> anyhow::Result<Done> {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut visible_cli(), "redlock", &mut script);
     let mut script = String::from_utf8_lossy(&script).into_owned();
-    if args.shell == Shell::Bash {
-        script = bash_after_double_dash(&script);
+    match args.shell {
+        Shell::Bash => script = bash_after_double_dash(&script),
+        Shell::Fish => script.push_str(&fish_additions()),
+        _ => {}
     }
     // The script as generated: `print_line` would escape what shells need verbatim.
     write_stdout(script.trim_end())?;
@@ -65,4 +67,21 @@ fn bash_after_double_dash(script: &str) -> String {
         // A clap_complete that writes its script differently: the test of completions fails.
         None => script.to_owned(),
     }
+}
+
+/// What clap's fish script lacks: the pages after `man` (it offers no positional's values),
+/// and after `run ... --` the completions of the command being run.
+fn fish_additions() -> String {
+    format!(
+        r#"
+complete -c redlock -n "__fish_redlock_using_subcommand man" -f -a "{pages}"
+function __fish_redlock_after_dashes
+    set -l words (commandline -opc)
+    set -l at (contains -i -- -- $words); or return 1
+    __fish_complete_subcommand --commandline $words[(math $at + 1)..-1] (commandline -ct)
+end
+complete -c redlock -n "__fish_redlock_using_subcommand run; and contains -- -- (commandline -opc)" -x -a "(__fish_redlock_after_dashes)"
+"#,
+        pages = crate::cli::MAN_PAGES.join(" ")
+    )
 }
