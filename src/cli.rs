@@ -294,7 +294,7 @@ pub struct TlsArgs {
 
 /// The subcommands. Each one's options are built only when it is the one run (`defer`): clap's
 /// tree of every option of every subcommand was most of redlock's start-up, in heap pages
-/// touched (docs/performance.md).
+/// touched (docs/performance.md). Help builds them all (`lib.rs`), for their descriptions.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 pub enum Command {
