@@ -119,12 +119,7 @@ fn two_columns(rows: &[(&str, &str)]) -> String {
 /// acquisition also hands out a fencing token, a number that only ever grows, which a resource
 /// can check to refuse a holder whose lease ran out.
 #[derive(Debug, Parser)]
-#[command(
-    name = "redlock",
-    version,
-    disable_help_subcommand = true,
-    max_term_width = 100
-)]
+#[command(name = "redlock", version, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -183,11 +178,11 @@ pub struct Global {
     pub prefix: String,
 
     /// Give up connecting to Redis after this long (TLS handshake and login included)
-    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, help_heading = "Connection")]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
     pub connect_timeout: Duration,
 
     /// Give up on any single Redis command after this long
-    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, help_heading = "Connection")]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
     pub command_timeout: Duration,
 
     #[command(flatten)]
@@ -202,7 +197,7 @@ pub struct Global {
     pub verbose: u8,
 
     /// Write redlock's own stderr lines as text, or as one JSON object per line
-    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = LogFormatName)]
     pub log_format: crate::log::Format,
 }
 
@@ -211,6 +206,33 @@ fn parse_log_format(text: &str) -> Result<crate::log::Format, String> {
         "text" => Ok(crate::log::Format::Text),
         "json" => Ok(crate::log::Format::Json),
         _ => Err("must be text or json".into()),
+    }
+}
+
+/// `--log-format`: text or json, which help and shell completion offer.
+#[derive(Clone)]
+struct LogFormatName;
+
+impl clap::builder::TypedValueParser for LogFormatName {
+    type Value = crate::log::Format;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<crate::log::Format, clap::Error> {
+        clap::builder::TypedValueParser::parse_ref(&parse_log_format, command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            ["text", "json"]
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
     }
 }
 
@@ -272,7 +294,7 @@ pub struct TlsArgs {
 
 /// The subcommands. Each one's options are built only when it is the one run (`defer`): clap's
 /// tree of every option of every subcommand was most of redlock's start-up, in heap pages
-/// touched (docs/performance.md).
+/// touched (docs/performance.md). Help builds them all (`lib.rs`), for their descriptions.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 pub enum Command {
@@ -294,21 +316,31 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Lock")]
 pub struct LockArgs {
-    /// Name of the lock
+    /// Name of the lock (or give it as the first word, as flock, consul lock and etcdctl lock
+    /// take theirs)
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Wait up to this long for a busy lock (e.g. 10m, or `forever`), in a fair FIFO queue
     ///
     /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
-    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse)]
+    /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis. A bare number
+    /// is seconds, as flock's -w takes it.
+    #[arg(short = 'w', long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse, allow_hyphen_values = true)]
     pub wait: crate::waiting::Wait,
+
+    /// Do not wait for a busy lock (the default; flock's -n)
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
 
     /// Share the lock with other --shared holders (a read lock); exclusive requests queued
     /// before a shared one go first, so writers are not starved
-    #[arg(long, conflicts_with = "limit")]
+    #[arg(short = 's', long, conflicts_with = "limit")]
     pub shared: bool,
+
+    /// Take the lock exclusively (the default; flock's -x)
+    #[arg(short = 'x', long, conflicts_with_all = ["shared", "limit"])]
+    pub exclusive: bool,
 
     /// Make the lock a semaphore: at most N holders at once (all must use the same N)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -330,7 +362,7 @@ pub struct LockArgs {
     ///
     /// The line names the holder, how long it has held the lock, the place in the queue and the
     /// time left of --wait. On a terminal one line is redrawn in place instead.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = Every::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = Every::parse, allow_hyphen_values = true)]
     pub progress_every: Every,
 
     /// Count the lock as taken, and each renewal as done, only once N replicas acknowledged
@@ -350,6 +382,16 @@ pub struct LockArgs {
     /// Buildkite the default is the URL of the job (run) from the environment they set.
     #[arg(long, value_name = "TEXT", env = "REDLOCK_NOTE")]
     pub note: Option<String>,
+}
+
+/// `run --ttl`: run renews the lease and must stop its command within it, so its floor is
+/// higher than other durations' (the same rule `schedule` applies).
+fn parse_run_ttl(text: &str) -> Result<Duration, String> {
+    duration::parse_at_least(
+        text,
+        crate::schedule::MIN_TTL,
+        " for run (renewals and the kill schedule must fit in the lease)",
+    )
 }
 
 /// A period, or `0` for never.
@@ -387,22 +429,22 @@ pub struct RunArgs {
     pub lock: LockArgs,
 
     /// Lease, renewed while the command runs; how long the lock outlives a crashed host
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_run_ttl, allow_hyphen_values = true, help_heading = "Command")]
     pub ttl: Duration,
 
     /// Renew the lease this often [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub renew_every: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL when stopping the command [default: 10s]
     ///
     /// When the lock is being lost the grace is shortened if needed, so that the command is
     /// dead before the lease can lapse.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub kill_after: Option<Duration>,
 
     /// Stop the command (SIGTERM, grace, SIGKILL) after this long and exit 124
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub max_runtime: Option<Duration>,
 
     /// Keep the lock until this long after acquisition, even if the command ends sooner
@@ -410,7 +452,7 @@ pub struct RunArgs {
     /// The same cron entry firing moments later on a host with a skewed clock then finds the
     /// lock taken and skips, instead of running the job twice. Measured on the Redis server's
     /// clock.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Command")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Command")]
     pub min_hold: Option<Duration>,
 
     /// Record only the program's name, not its arguments, in the lock's holder record and
@@ -427,19 +469,21 @@ pub struct RunArgs {
         short = 'c',
         long = "shell-command",
         value_name = "STRING",
-        conflicts_with = "command",
         help_heading = "Command"
     )]
     pub shell_command: Option<String>,
 
-    /// The command and its arguments, run directly without a shell
+    /// The command and its arguments, run directly without a shell; without --key, the lock's
+    /// name comes first (`redlock run NAME -- COMMAND...`)
     ///
     /// The command starts at `--` or at the first word that does not begin with `-`; an
-    /// unknown option before it is a usage error, not the command.
+    /// unknown option before it is a usage error, not the command. Without --key its first
+    /// word is the lock's name, and the command follows (after a `--`, if given).
     #[arg(
         value_name = "COMMAND",
         trailing_var_arg = true,
         num_args = 1..,
+        value_hint = clap::ValueHint::CommandWithArguments,
         required_unless_present = "shell_command",
         value_parser = clap::value_parser!(std::ffi::OsString)
     , help_heading = "Command")]
@@ -452,6 +496,10 @@ pub struct RunArgs {
 /// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     #[command(flatten)]
     pub lock: LockArgs,
 
@@ -473,12 +521,12 @@ pub struct AcquireArgs {
     #[arg(long)]
     pub keep_alive: bool,
 
-    /// With --keep-alive: release the lock when this process exits
+    /// With --keep-alive: release the lock when this process exits (it must exist)
     #[arg(long, value_name = "PID", requires = "keep_alive")]
     pub while_pid: Option<u32>,
 
     /// With --keep-alive: stop renewing this long after acquisition
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, requires = "keep_alive")]
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, allow_hyphen_values = true, requires = "keep_alive")]
     pub max_hold: Duration,
 }
 
@@ -489,10 +537,10 @@ pub struct KeepAliveArgs {
     #[arg(long, value_name = "NAME")]
     pub key: String,
 
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub max_hold: Duration,
 
     #[arg(long, value_name = "PID")]
@@ -509,9 +557,13 @@ pub struct KeepAliveArgs {
 /// whatever holds the lock and prints who was evicted, for the audit trail.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Token printed by `acquire`
     #[arg(
@@ -547,9 +599,13 @@ pub struct ReleaseArgs {
 /// a holder that lost its lock must find out, not silently get it back.
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Token printed by `acquire`
     #[arg(short, long, value_name = "TOKEN", env = "REDLOCK_TOKEN", hide_env_values = true, value_parser = Token::parse)]
@@ -570,13 +626,22 @@ pub struct ExtendArgs {
 /// and fencing token, and the last fencing token issued for the name.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Show a lock's last holds: who, when, how long, and how each ended
@@ -588,13 +653,22 @@ pub struct InspectArgs {
 /// lease gone) or given back. Newest first; exit 1 if the lock has no history.
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present = "key")]
+    pub name: Option<String>,
+
     /// Name of the lock
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub key: Option<String>,
 
     /// Print JSON (documented in the README) instead of a table
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// List the held locks under the prefix, with their holders
@@ -605,6 +679,11 @@ pub struct ListArgs {
     /// Print a JSON array of the objects `inspect --json` prints
     #[arg(long)]
     pub json: bool,
+
+    /// On a terminal, show commands and notes whole instead of fitting the table to its width
+    /// (a pipe or a file always gets them whole)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Check what the Redis server does to the safety of locks; exit 1 if anything is unsafe
@@ -637,12 +716,52 @@ pub struct CompletionsArgs {
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// The command whose page to print (default: the overview)
-    #[arg(value_name = "COMMAND")]
+    #[arg(value_name = "COMMAND", value_parser = PageName)]
     pub command: Option<String>,
 
     /// Write every page into DIR/man1 instead (e.g. /usr/local/share/man)
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub install: Option<PathBuf>,
+}
+
+/// The commands that have a manual page (`redlock man COMMAND`), in the order of `--help`.
+pub const MAN_PAGES: &[&str] = &[
+    "run",
+    "acquire",
+    "release",
+    "extend",
+    "inspect",
+    "history",
+    "list",
+    "doctor",
+    "completions",
+    "man",
+];
+
+/// `redlock man`'s COMMAND: any word parses (the command says which pages exist, in its own
+/// words), but the pages are the possible values, for help and shell completion.
+#[derive(Clone)]
+struct PageName;
+
+impl clap::builder::TypedValueParser for PageName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            MAN_PAGES.iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
 }
 
 /// A `--reason`: one line of at most 200 characters, for the history.

@@ -12,6 +12,7 @@ pub(crate) enum Verdict {
     /// Fine for locks.
     Ok,
     /// Safe, with a weakness worth knowing.
+    #[serde(rename = "warning")]
     Warn,
     /// Locks can be lost or given twice.
     Unsafe,

@@ -10,8 +10,17 @@ use std::time::Duration;
 /// The longest duration any flag accepts.
 pub(crate) const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The units a duration may be written in (humantime's own list names months and years too,
+/// which are refused here).
+const UNITS: &str = "ms, s, m or min, h, d, w";
+
 /// Parses a duration flag value; the error is one line suitable after `invalid value`.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+    parse_at_least(text, Duration::from_millis(1), "")
+}
+
+/// [`parse`], with a higher floor: `why` says what needs it (after "must be at least N").
+pub(crate) fn parse_at_least(text: &str, floor: Duration, why: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty duration; use e.g. 30s, 10m or 1h".into());
@@ -29,14 +38,14 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         Duration::from_secs_f64(seconds)
     } else {
         refuse_ambiguous_units(text)?;
-        humantime::parse_duration(text).map_err(|err| {
+        humantime::parse_duration(text).map_err(|_| {
             format!(
-                "'{text}' is not a duration ({err}); use a number of seconds or a form like 500ms, 30s, 10m, 1h30m"
+                "'{text}' is not a duration; use a number of seconds, or units {UNITS} (e.g. 500ms, 30s, 10m, 1h30m)"
             )
         })?
     };
-    if duration.is_zero() || duration < Duration::from_millis(1) {
-        return Err("must be at least 1ms".into());
+    if duration < floor {
+        return Err(format!("must be at least {}{why}", display(floor)));
     }
     if duration > MAX {
         return Err(too_long());
@@ -45,10 +54,7 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 }
 
 fn too_long() -> String {
-    format!(
-        "longer than the limit of {}",
-        humantime::format_duration(MAX)
-    )
+    format!("longer than the limit of {} days", MAX.as_secs() / 86_400)
 }
 
 /// Rejects months and years: `M` is months to humantime but minutes to most people.
@@ -109,6 +115,26 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad:?} should be rejected");
         }
         assert!(parse("10M").unwrap_err().contains("months"));
+    }
+
+    /// The messages name only what is accepted, in words a person writes.
+    #[test]
+    fn messages_name_the_accepted_units_and_limits() {
+        let unknown = parse("10x").unwrap_err();
+        assert!(unknown.contains("ms, s, m or min, h, d, w"), "{unknown}");
+        assert!(
+            !unknown.contains("month") && !unknown.contains("year"),
+            "{unknown}"
+        );
+        assert_eq!(
+            parse("31d").unwrap_err(),
+            "longer than the limit of 30 days"
+        );
+        assert_eq!(parse("0").unwrap_err(), "must be at least 1ms");
+        assert_eq!(
+            parse_at_least("0.5", Duration::from_secs(1), " for run").unwrap_err(),
+            "must be at least 1.0s for run"
+        );
     }
 
     #[test]

@@ -105,7 +105,7 @@ fn run_parsed(
             if json_asked {
                 log::set_format(log::Format::Json);
             }
-            return report_parse_error(&err);
+            return report_parse_error(&err, &args);
         }
     };
     log::set_format(cli.global.log_format);
@@ -136,10 +136,21 @@ fn run_parsed(
 /// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     let mut command = Cli::command();
-    if args.iter().any(|arg| arg == "--help") {
+    let long_help =
+        args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
+    if long_help {
         command = command.after_long_help(cli::after_long_help());
     }
-    let mut matches = command.try_get_matches_from(args)?;
+    let mut matches = match command.try_get_matches_from_mut(args) {
+        Ok(matches) => matches,
+        Err(err) if is_help(&err) => {
+            // Help was asked for: only now build every subcommand (they are deferred, see
+            // `cli::Command`), so that the list of commands has their descriptions.
+            command.build();
+            return Err(command.try_get_matches_from(args).err().unwrap_or(err));
+        }
+        Err(err) => return Err(err),
+    };
     // Global options are propagated down to the subcommand with their source.
     let mut deepest = &matches;
     while let Some((_, sub)) = deepest.subcommand() {
@@ -151,8 +162,16 @@ fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// Whether clap's "error" is help to print.
+fn is_help(err: &clap::Error) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    )
+}
+
 /// Prints help and version as clap does; turns a parse error into one line and exit 64.
-fn report_parse_error(err: &clap::Error) -> u8 {
+fn report_parse_error(err: &clap::Error, args: &[OsString]) -> u8 {
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = err.print();
@@ -184,8 +203,21 @@ fn report_parse_error(err: &clap::Error) -> u8 {
                 .first()
                 .map(|tip| format!(" (tip: {tip})"))
                 .unwrap_or_default();
+            // Point to the help of the command given, where its options are: the first word
+            // that names one (a global option's value rarely does).
+            let command = args
+                .iter()
+                .skip(1)
+                .take_while(|arg| *arg != "--")
+                .find_map(|arg| {
+                    cli::MAN_PAGES
+                        .iter()
+                        .find(|command| arg.to_str() == Some(command))
+                })
+                .map(|command| format!(" {command}"))
+                .unwrap_or_default();
             log::error(
-                format_args!("{what}{tip}; see 'redlock --help'"),
+                format_args!("{what}{tip}; see 'redlock{command} --help'"),
                 exit::USAGE,
             );
             exit::USAGE

@@ -391,6 +391,165 @@ fn force_release_evicts_and_reports_who() {
         .one_line_error("was free");
 }
 
+/// flock, consul lock and etcdctl lock take the lock's name first, and so does redlock: the
+/// same as --key, and both at once must agree. flock's -s, -x, -n and -w mean what they do there.
+#[test]
+fn the_lock_name_may_come_first_and_flocks_options_work() {
+    let server = RedisServer::start();
+    let out = server.redlock(&["acquire", "deploy", "--ttl", "30s"]).run();
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    server
+        .redlock(&["inspect", "deploy"])
+        .run()
+        .code(0)
+        .stdout_contains("deploy");
+    server
+        .redlock(&["extend", "deploy", "--ttl", "60s", "--token", &token])
+        .run()
+        .code(0);
+    server
+        .redlock(&["release", "deploy", "--key", "deploy", "--token", &token])
+        .run()
+        .code(0);
+    server.redlock(&["history", "deploy"]).run().code(0);
+    // run: the name, then the command (after `--` or not), or -c STRING.
+    for (args, printed) in [
+        (
+            &["deploy", "--", "sh", "-c", "echo \"in $REDLOCK_KEY\""][..],
+            "in deploy",
+        ),
+        (&["deploy", "echo", "plain"], "plain"),
+        (
+            &["deploy", "-c", "echo \"shell $REDLOCK_KEY\""],
+            "shell deploy",
+        ),
+        (&["-c", "echo after", "deploy"], "after"),
+    ] {
+        server
+            .redlock(&["run", "--ttl", "5s"])
+            .args(args)
+            .run()
+            .code(0)
+            .stdout_contains(printed);
+    }
+    // Named twice, differently: refused before anything is taken.
+    for args in [
+        &["acquire", "a", "--key", "b", "--ttl", "5s"][..],
+        &["inspect", "a", "-k", "b"],
+        &["history", "a", "-k", "b"],
+        &["release", "a", "-k", "b", "--force"],
+        &["extend", "a", "-k", "b", "--ttl", "5s", "--token", &token],
+    ] {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("lock name: given twice, as --key 'b' and as 'a'");
+    }
+    server
+        .redlock(&["run", "deploy"])
+        .run()
+        .code(64)
+        .one_line_error("lock 'deploy': no command to run");
+    let keys = server.keys();
+    assert!(
+        !keys
+            .iter()
+            .any(|key| key.contains("{a}") || key.contains("{b}")),
+        "{keys:?}"
+    );
+
+    // -s shares, -x is exclusive (the default), -n does not wait, -w waits (seconds, as
+    // flock's -w takes them).
+    for _ in 0..2 {
+        server
+            .redlock(&["acquire", "-s", "files", "--ttl", "30s"])
+            .run()
+            .code(0);
+    }
+    server
+        .redlock(&["acquire", "-x", "-n", "files", "--ttl", "5s"])
+        .run()
+        .code(75);
+    server
+        .redlock(&["run", "-w", "0.3", "--ttl", "5s", "files", "--", "true"])
+        .run()
+        .code(75)
+        .stderr_contains("still busy after waiting 300ms");
+    // After the name the command starts: an option there would be run as one.
+    server
+        .redlock(&["run", "files", "--ttl", "5s", "--", "true"])
+        .run()
+        .code(64)
+        .one_line_error("lock 'files': --ttl comes after the lock's name");
+    server
+        .redlock(&["acquire", "-s", "-x", "files", "--ttl", "5s"])
+        .run()
+        .code(64);
+}
+
+/// On a terminal, list, inspect and history fit its width, cutting commands and notes with an
+/// ellipsis; `--wide` shows them whole, and so does a pipe, always. An empty list on a
+/// terminal names the server and database it looked in.
+#[test]
+fn tables_fit_a_terminal_and_never_cut_a_pipe() {
+    let server = RedisServer::start();
+    let long_command = format!("echo {}", "c".repeat(200));
+    let long_note = "n".repeat(150);
+    server
+        .redlock(&[
+            "run", "--ttl", "5s", "--note", &long_note, "wide", "--", "sh", "-c",
+        ])
+        .arg(&long_command)
+        .run()
+        .code(0);
+    let out = server
+        .redlock(&["acquire", "wide", "--ttl", "30s", "--note", &long_note])
+        .run();
+    out.code(0);
+    let on_a_terminal = |commands: &str| -> String {
+        let out = std::process::Command::new("script")
+            .args(["-qfec", &format!("stty cols 160; {commands}"), "/dev/null"])
+            .env("REDLOCK_URL", server.url())
+            .output()
+            .expect("script(1) from util-linux");
+        String::from_utf8_lossy(&out.stdout).replace('\r', "")
+    };
+    let redlock = crate::util::REDLOCK;
+    let fitted = on_a_terminal(&format!(
+        "{redlock} list; {redlock} inspect wide; {redlock} history wide"
+    ));
+    for line in fitted.lines() {
+        assert!(
+            line.chars().count() <= 160,
+            "wider than the terminal: {line}\n{fitted}"
+        );
+    }
+    assert!(fitted.matches('…').count() >= 6, "{fitted}");
+    assert!(!fitted.contains(&long_note), "{fitted}");
+    let wide = on_a_terminal(&format!(
+        "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
+    ));
+    // list, inspect (its holder and its last run), history (both holds).
+    assert_eq!(wide.matches(long_note.as_str()).count(), 5, "{wide}");
+    for args in [&["list"][..], &["inspect", "wide"], &["history", "wide"]] {
+        server
+            .redlock(args)
+            .run()
+            .code(0)
+            .stdout_contains(&long_note);
+    }
+    let empty = on_a_terminal(&format!("{redlock} --prefix nothing: list"));
+    assert!(
+        empty.contains(&format!(
+            "no locks are held under prefix 'nothing:' on {}, database 0",
+            server.url()
+        )),
+        "{empty}"
+    );
+}
+
 #[test]
 fn inspect_of_a_free_lock_exits_1() {
     let server = RedisServer::start();
@@ -752,6 +911,33 @@ fn a_keeper_whose_renewals_are_refused_retries_gently_and_ends_with_the_lease() 
 
 /// Fences keep rising when the fence counter is lost (deleted, flushed, evicted, a restart
 /// without persistence): a missing counter starts from the server's clock in microseconds.
+/// `--while-pid` naming no process would have the keeper release the lock at once, behind a
+/// printed token: refused before anything is taken.
+#[test]
+fn a_kept_lock_for_a_process_that_does_not_exist_is_refused() {
+    let server = RedisServer::start();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let gone = gone.id().to_string();
+    for pid in [gone.as_str(), "0", "4294967295"] {
+        server
+            .redlock(&[
+                "acquire",
+                "--key",
+                "kept",
+                "--ttl",
+                "5s",
+                "--keep-alive",
+                "--while-pid",
+                pid,
+            ])
+            .run()
+            .code(64)
+            .one_line_error(&format!("--while-pid {pid}: no such process"));
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
+
 #[test]
 fn fences_keep_rising_when_the_counter_is_lost() {
     let mut server = RedisServer::start();
@@ -912,6 +1098,16 @@ fn doctor_names_what_is_unsafe() {
     let json = server.redlock(&["doctor", "--json"]).run();
     json.code(0);
     assert_eq!(json.json().as_array().unwrap().len(), 5);
+    // The same word in JSON as in text.
+    let persistence = json
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|finding| finding["check"] == "persistence")
+        .cloned()
+        .unwrap();
+    assert_eq!(persistence["verdict"], "warning", "{persistence}");
 
     for (policy, expected) in [
         ("volatile-lru", "UNSAFE"),

@@ -42,6 +42,165 @@ fn man_pages_are_fresh() {
         assert!(&have == page, "{name}: {stale}");
     }
     assert!(names.contains(&"redlock-acquire.1".to_owned()));
+    // A page's footer names redlock's version, and its SYNOPSIS the value each option takes.
+    let run_page = std::fs::read_to_string(committed.join("redlock-run.1")).unwrap();
+    assert!(
+        run_page.contains(&format!(
+            ".TH redlock-run 1  \"redlock {}\"",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "the footer of redlock-run(1) lacks the version"
+    );
+    assert!(
+        run_page.contains(r"[\fB\-\-ttl\fR \fIDURATION\fR]"),
+        "the SYNOPSIS of redlock-run(1) lacks --ttl's value"
+    );
+}
+
+/// `redlock --help`, `-h`, bare `redlock` and `redlock help` list every command with what it
+/// does (the subcommands are built lazily: an empty description is easy to bring back), and
+/// `redlock help COMMAND` is that command's help.
+#[test]
+fn help_lists_every_command_with_what_it_does() {
+    for args in [&["--help"][..], &["-h"], &[], &["help"]] {
+        let out = crate::util::Redlock::new(args).run();
+        let text = format!("{}{}", out.stdout, out.stderr);
+        for command in redlock::cli::MAN_PAGES {
+            let described = text.lines().any(|line| {
+                line.trim_start()
+                    .strip_prefix(command)
+                    .is_some_and(|rest| rest.starts_with("  ") && !rest.trim().is_empty())
+            });
+            if !described {
+                out.fail(&format!("{args:?} lists no description of {command}"));
+            }
+        }
+        if text.contains("keep-alive") {
+            out.fail(&format!("{args:?} lists the internal keep-alive"));
+        }
+    }
+    crate::util::Redlock::new(&["help", "run"])
+        .run()
+        .code(0)
+        .stdout_contains("Run a command while holding a lock")
+        .stdout_contains("--ttl <DURATION>");
+}
+
+/// The generated completion scripts offer what each place takes: never the internal
+/// keep-alive; text and json after --log-format; the pages after `man`; after `run ... --`
+/// a command, not redlock's options. Bash runs its script; zsh and fish are read.
+#[test]
+fn completions_offer_what_each_place_takes() {
+    let script = |shell: &str| {
+        let out = crate::util::Redlock::new(&["completions", shell]).run();
+        out.code(0);
+        out.stdout.clone()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let text = script(shell);
+        // acquire's --keep-alive is an option users give; the keep-alive command is not.
+        assert!(
+            !text
+                .replace("--keep-alive", "")
+                .replace("-l keep-alive", "")
+                .contains("keep-alive"),
+            "{shell} offers the keep-alive command"
+        );
+        assert!(
+            text.contains("text") && text.contains("json"),
+            "{shell}: no log formats"
+        );
+        assert!(text.contains("history"), "{shell}: no page names for man");
+    }
+    let dir = crate::util::TempDir::new("completions");
+    let file = dir.path().join("redlock.bash");
+    std::fs::write(&file, script("bash")).unwrap();
+    let complete = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|word| format!("'{word}'")).collect();
+        let program = format!(
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _redlock redlock \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            file.display(),
+            quoted.join(" "),
+            words.len() - 1
+        );
+        let out = std::process::Command::new("bash")
+            .args(["--norc", "-c", &program])
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{words:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let top = complete(&["redlock", ""]);
+    assert!(top.contains(&"run".to_owned()), "{top:?}");
+    assert!(!top.contains(&"keep-alive".to_owned()), "{top:?}");
+    assert_eq!(complete(&["redlock", "--log-format", ""]), ["text", "json"]);
+    assert_eq!(complete(&["redlock", "man", "hi"]), ["history"]);
+    let after_dashes = complete(&["redlock", "run", "-k", "x", "--", "printen"]);
+    assert!(
+        after_dashes.contains(&"printenv".to_owned()),
+        "{after_dashes:?}"
+    );
+    let after_command = complete(&["redlock", "run", "-k", "x", "--", "ls", "--"]);
+    assert!(
+        !after_command.iter().any(|word| word == "--ttl"),
+        "{after_command:?}"
+    );
+
+    // fish, where installed: its `complete -C` answers for a command line.
+    let fish_file = dir.path().join("redlock.fish");
+    std::fs::write(&fish_file, script("fish")).unwrap();
+    let fish = |line: &str| -> Option<Vec<String>> {
+        let out = std::process::Command::new("fish")
+            .args(["--no-config", "-c"])
+            .arg(format!(
+                "source '{}'; complete -C '{line}'",
+                fish_file.display()
+            ))
+            .env("HOME", dir.path())
+            .output()
+            .ok()?;
+        assert!(out.status.success(), "{line}: {out:?}");
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|line| line.split('\t').next().unwrap_or_default().to_owned())
+                .collect(),
+        )
+    };
+    if let Some(top) = fish("redlock ") {
+        assert!(top.contains(&"run".to_owned()), "{top:?}");
+        assert!(!top.contains(&"keep-alive".to_owned()), "{top:?}");
+        assert_eq!(
+            fish("redlock list --log-format ").unwrap(),
+            ["json", "text"]
+        );
+        assert_eq!(fish("redlock man hi").unwrap(), ["history"]);
+        let after_dashes = fish("redlock run -k x -- printen").unwrap();
+        assert!(
+            after_dashes.contains(&"printenv".to_owned()),
+            "{after_dashes:?}"
+        );
+        let options = fish("redlock run -k x -- ls --ke").unwrap();
+        assert!(!options.contains(&"--key".to_owned()), "{options:?}");
+    }
+    // zsh, where installed: the script parses; its man page names and run's command (zsh's own
+    // command completion) are in it.
+    let zsh_script = script("zsh");
+    assert!(zsh_script.contains("_cmdambivalent"));
+    assert!(
+        zsh_script
+            .contains("(run acquire release extend inspect history list doctor completions man)")
+    );
+    if let Ok(out) = std::process::Command::new("zsh")
+        .args(["-n", "-c", &zsh_script])
+        .output()
+    {
+        assert!(out.status.success(), "zsh: {out:?}");
+    }
 }
 
 /// One page per command, sorted by file name. The top page gets real ENVIRONMENT, EXIT STATUS
@@ -51,10 +210,13 @@ fn man_pages() -> Vec<(String, String)> {
         for sub in cmd.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             collect(sub, pages);
         }
-        let man = Man::new(cmd.clone().after_long_help(None));
+        // The footer names the program and its version (clap_mangen puts the subcommand's
+        // name there).
+        let man = Man::new(cmd.clone().after_long_help(None))
+            .source(format!("redlock {}", env!("CARGO_PKG_VERSION")));
         let mut page = Vec::new();
         man.render(&mut page).unwrap();
-        let page = String::from_utf8(page).unwrap();
+        let page = with_option_values_in_synopsis(cmd, &String::from_utf8(page).unwrap());
         let extra = if cmd.get_name() == "redlock" {
             top_page_sections()
         } else {
@@ -73,10 +235,37 @@ fn man_pages() -> Vec<(String, String)> {
     }
     let mut cmd = Cli::command();
     cmd.build();
+    // `redlock help COMMAND` is `redlock COMMAND --help`: no page of its own.
+    cmd = cmd.mut_subcommand("help", |help| help.hide(true));
     let mut pages = Vec::new();
     collect(&cmd, &mut pages);
     pages.sort();
     pages
+}
+
+/// clap_mangen's SYNOPSIS names the options without their values (`[--ttl]`); a reader needs
+/// to know which take one (`[--ttl DURATION]`).
+fn with_option_values_in_synopsis(cmd: &clap::Command, page: &str) -> String {
+    let start = page.find(".SH SYNOPSIS\n").expect("a SYNOPSIS section") + ".SH SYNOPSIS\n".len();
+    let end = start + page[start..].find('\n').unwrap();
+    let mut synopsis = page[start..end].to_owned();
+    for arg in cmd.get_arguments() {
+        let (Some(long), Some(values)) = (arg.get_long(), arg.get_value_names()) else {
+            continue;
+        };
+        if !arg.get_action().takes_values() {
+            continue;
+        }
+        let option = format!("\\fB\\-\\-{}\\fR", long.replace('-', "\\-"));
+        let value = format!(" \\fI{}\\fR", values.join(" ").replace('-', "\\-"));
+        for close in ["]", ">"] {
+            synopsis = synopsis.replace(
+                &format!("{option}{close}"),
+                &format!("{option}{value}{close}"),
+            );
+        }
+    }
+    format!("{}{synopsis}{}", &page[..start], &page[end..])
 }
 
 fn top_page_sections() -> String {
@@ -113,6 +302,76 @@ fn readme_lists_every_exit_code() {
         assert!(
             readme.contains(&format!("| {code} |")),
             "README's exit-code table lacks {code}"
+        );
+    }
+}
+
+/// README's "Commands and flags" reference names every command and every option clap knows
+/// (short forms too), so that nothing the program accepts is missing from it.
+#[test]
+fn readme_reference_names_every_command_and_option() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Commands and flags")
+        .expect("a Commands and flags section")..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut missing = Vec::new();
+    let check = |cmd: &clap::Command, missing: &mut Vec<String>| {
+        for arg in cmd.get_arguments().filter(|arg| !arg.is_hide_set()) {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            if let Some(long) = arg.get_long()
+                && !section.contains(&format!("`--{long}"))
+                && !section.contains(&format!(" --{long}"))
+                && !section.contains(&format!("[--{long}"))
+            {
+                missing.push(format!("{} --{long}", cmd.get_name()));
+            }
+            if let Some(short) = arg.get_short()
+                && !section.contains(&format!("`-{short}"))
+            {
+                missing.push(format!("{} -{short}", cmd.get_name()));
+            }
+        }
+    };
+    check(&cmd, &mut missing);
+    for sub in cmd.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        if !section.contains(&format!("| `{}", sub.get_name())) {
+            missing.push(format!("the command {}", sub.get_name()));
+        }
+        check(sub, &mut missing);
+    }
+    assert!(missing.is_empty(), "README's reference lacks: {missing:?}");
+}
+
+/// README's Development section names every tool `.ci/run` installs when missing.
+#[test]
+fn readme_development_names_what_ci_installs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme
+        .find("## Development")
+        .expect("a Development section")..];
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let tools: Vec<&str> = ci
+        .split("command -v ")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert!(tools.contains(&"redis-server"), "{tools:?}");
+    for tool in tools {
+        assert!(
+            section.contains(tool),
+            "README's Development section lacks {tool}"
         );
     }
 }
@@ -321,7 +580,8 @@ fn man_installs_every_committed_page() {
     crate::util::Redlock::new(&["man", "nosuch"])
         .run()
         .code(64)
-        .one_line_error("no manual page for 'nosuch'");
+        .one_line_error("no manual page for 'nosuch'")
+        .stderr_contains("history");
 }
 
 /// The first ```sh block after the paragraph starting with `lead` in the README.
@@ -409,6 +669,35 @@ fn readme_recipes_work() {
     let first = first.join().unwrap();
     assert!(first.status.success(), "{first:?}");
     assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "held=1");
+    // However it is started: with sh (executable or not), as ./script, by a relative or an
+    // absolute path, or found on PATH.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(&wrapper, bin.join("report")).unwrap();
+    let plain = dir.path().join("plain.sh");
+    std::fs::write(&plain, std::fs::read(&wrapper).unwrap()).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for how in [
+        "sh report.sh",
+        "sh plain.sh",
+        "./report.sh",
+        "bin/report",
+        &wrapper.display().to_string(),
+        "report",
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(how)
+            .current_dir(dir.path())
+            .env("REDLOCK_URL", server.url())
+            .env("PATH", format!("{}:{path}", bin.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "held=1",
+            "started as `{how}`: {out:?}"
+        );
+    }
 
     // The cron recipe's command, run twice as two hosts would: one runs, one skips quietly.
     let cron = readme_block("**Cron on several hosts");

@@ -241,7 +241,7 @@ fn mixing_modes_or_limits_is_refused_and_changes_nothing() {
     for (args, why) in [
         (
             vec!["--limit", "3"],
-            "the lock is a semaphore of 2, not a semaphore of 3",
+            "lock 'job': the lock is a semaphore of 2, not a semaphore of 3",
         ),
         (
             vec![],

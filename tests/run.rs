@@ -820,7 +820,7 @@ fn bad_run_options_are_usage_errors() {
         ),
         (
             vec!["run", "--key", "job", "-c", "true", "--", "true"],
-            "cannot be used with",
+            "give the command one way",
         ),
         (vec!["run", "--key", "", "--", "true"], "empty"),
     ] {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Context, ask, busy, keep_alive, lock_name, print_json, print_line};
+use super::{Context, ask, busy, keep_alive, lock_name, named, print_json, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
@@ -28,13 +28,16 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.lock.key)?;
+    let name = lock_name(named(args.lock.key.as_deref(), args.name.as_deref())?)?;
     if context.inherited.stdout_closed {
         // The token is the only way to release the lock: nobody could ever read it.
         return Err(fail(
             Failure::Output,
             "stdout is closed: the token could not be printed, so the lock was not taken",
         ));
+    }
+    if let Some(pid) = args.while_pid {
+        check_watched_pid(pid)?;
     }
     let signals = Signals::block(context.inherited)?;
     let lock = context.lock(name);
@@ -134,4 +137,25 @@ fn give_back(
             context.log,
         )
         .map(drop)
+}
+
+/// `--while-pid`: the process must exist now, or the keeper would release the lock at once
+/// and the printed token hold nothing.
+fn check_watched_pid(pid: u32) -> anyhow::Result<()> {
+    let exists = i32::try_from(pid)
+        .ok()
+        .filter(|pid| *pid > 0)
+        .is_some_and(|pid| {
+            // EPERM: it exists, owned by another user.
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                != Err(nix::errno::Errno::ESRCH)
+        });
+    if exists {
+        Ok(())
+    } else {
+        Err(fail(
+            Failure::Usage,
+            format!("--while-pid {pid}: no such process; the lock was not taken"),
+        ))
+    }
 }

@@ -1,6 +1,6 @@
 //! `redlock extend`: token-checked renewal that never re-creates a lost lock.
 
-use super::{Context, lock_name};
+use super::{Context, lock_name, named};
 use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
@@ -8,7 +8,7 @@ use crate::lock::Replicas;
 use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.key)?;
+    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if let (Store::Quorum(_), Some(_)) = (&context.store, args.replicas) {

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::{
-    Context, elapsed, lock_name, print_json, print_line, printable, rfc3339, shown, table,
-    warn_unreadable,
+    Context, MIN_CUT_WIDTH, cut_to, elapsed, fit_width, lock_name, named, print_json, print_line,
+    printable, rfc3339, shown, table, warn_unreadable,
 };
 use crate::cli::HistoryArgs;
 use crate::duration;
@@ -75,15 +75,36 @@ pub(super) fn outcome(entry: &HistoryEntry, now: u64) -> String {
     }
 }
 
-/// One line for `inspect`: the latest hold that is over.
+/// One line for `inspect`: the latest hold that is over. Fitted to a terminal, its note and
+/// then its command are cut, as in the tables.
 pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
+    let command = shown(&entry.who.command);
+    let note = entry.who.note.as_deref().map(shown);
+    let full = compose_last_run(entry, now, &command, note.as_deref());
+    let Some(width) = fit_width() else {
+        return full;
+    };
+    let over = full.chars().count().saturating_sub(width);
+    let count = |text: &str| text.chars().count();
+    let note_len = note.as_deref().map_or(0, count);
+    let note_cut = over.min(note_len.saturating_sub(MIN_CUT_WIDTH));
+    let command_cut = (over - note_cut).min(count(&command).saturating_sub(MIN_CUT_WIDTH));
+    compose_last_run(
+        entry,
+        now,
+        &cut_to(&command, count(&command) - command_cut),
+        note.map(|note| cut_to(&note, note_len - note_cut))
+            .as_deref(),
+    )
+}
+
+fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<&str>) -> String {
     let end = entry.end(now).unwrap_or(now);
     let mut line = format!(
-        "last run: fence {}, {} pid {} ({}), {} {} ago after {}",
+        "last run: fence {}, {} pid {} ({command}), {} {} ago after {}",
         entry.fence,
         shown(&entry.who.host),
         entry.who.pid,
-        shown(&entry.who.command),
         outcome(entry, now),
         duration::display(elapsed(end, now)),
         duration::display(elapsed(entry.since, end)),
@@ -91,14 +112,15 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
     if entry.exit.is_some() || entry.signal.is_some() {
         line.push_str(&format!(", {}", how_it_ended(entry)));
     }
-    if let Some(note) = &entry.who.note {
-        line.push_str(&format!("; note: {}", shown(note)));
+    if let Some(note) = note {
+        line.push_str(&format!("; note: {note}"));
     }
     line
 }
 
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.key)?;
+    super::fit_tables_to_terminal(args.wide);
+    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
     let mut session = context.connect_to(context.target("history")?)?;
     let lock = Lock::new(&context.prefix, name);
     let (now, mut entries, unreadable) = lock.history(&mut session)?;

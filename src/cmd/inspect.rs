@@ -203,7 +203,8 @@ pub(super) const HOLDER_HEADER: [&str; 11] = [
 ];
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
-    let name = super::lock_name(&args.key)?;
+    super::fit_tables_to_terminal(args.wide);
+    let name = super::lock_name(super::named(args.key.as_deref(), args.name.as_deref())?)?;
     let lock = context.lock(name);
     let state = match &context.store {
         Store::One(target) => lock.inspect(&mut context.connect_to(target)?)?,

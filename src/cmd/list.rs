@@ -12,6 +12,7 @@ use std::io::IsTerminal as _;
 use crate::lock;
 
 pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
+    super::fit_tables_to_terminal(args.wide);
     let (listings, of) = match &context.store {
         Store::One(target) => (
             vec![lock::list(context.connect_to(target)?, &context.prefix)?],
@@ -78,9 +79,14 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     }
     let locks: Vec<(LockState, usize)> = locks;
     if locks.is_empty() {
-        // stdout stays empty for scripts; a person at a terminal is told why.
+        // stdout stays empty for scripts; a person at a terminal is told why, and where it
+        // looked: a wrong --redis or database is the usual reason.
+        let place = match &context.store {
+            Store::One(target) => format!("on {}, database {}", target.redacted(), target.db()),
+            Store::Quorum(quorum) => format!("on {} masters", quorum.len()),
+        };
         let message = format!(
-            "no locks are held under prefix '{}'",
+            "no locks are held under prefix '{}' {place}",
             printable(context.prefix.as_str())
         );
         if std::io::stderr().is_terminal() {

@@ -13,7 +13,7 @@ use nix::sys::stat::{Mode, fchmod};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::print_line;
-use crate::cli::ManArgs;
+use crate::cli::{MAN_PAGES, ManArgs};
 use crate::exit::{Done, Failure, fail};
 
 /// Every page, by file name.
@@ -67,8 +67,9 @@ pub(super) fn run(args: &ManArgs) -> anyhow::Result<Done> {
             fail(
                 Failure::Usage,
                 format!(
-                    "no manual page for '{}'; the commands are run, acquire, release, extend, inspect, list, doctor, completions, man",
-                    args.command.as_deref().unwrap_or_default().escape_debug()
+                    "no manual page for '{}'; the pages are {}",
+                    args.command.as_deref().unwrap_or_default().escape_debug(),
+                    MAN_PAGES.join(", ")
                 ),
             )
         })?;
@@ -161,4 +162,23 @@ fn not_a_directory(path: &Path) -> anyhow::Error {
             path.display()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `man` lists and completion offers are exactly the pages built in.
+    #[test]
+    fn every_page_is_named_and_every_name_has_a_page() {
+        let mut files: Vec<String> = MAN_PAGES
+            .iter()
+            .map(|command| format!("redlock-{command}.1"))
+            .chain(["redlock.1".to_owned()])
+            .collect();
+        files.sort();
+        let mut built: Vec<&str> = PAGES.iter().map(|(file, _)| *file).collect();
+        built.sort_unstable();
+        assert_eq!(files, built);
+    }
 }

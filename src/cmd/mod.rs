@@ -18,6 +18,7 @@ use std::fmt::Display;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -190,12 +191,23 @@ impl Context {
 
     /// Takes the lock as `ask` says (`run`, `acquire`).
     fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
-        match &self.store {
+        let taken = match &self.store {
             Store::One(target) => waiting::acquire(signals, target, lock, ask, self.log),
             Store::Quorum(quorum) => {
                 crate::quorum_waiting::acquire(signals, quorum, lock, ask, self.log)
             }
-        }
+        };
+        // The scripts refuse a mode or limit that differs from the holders' ("the lock is a
+        // semaphore of 2, not ...") knowing only keys: the line names the lock.
+        taken.map_err(|err| {
+            let mode_refused = crate::exit::failure_of(&err) == Some(Failure::Usage)
+                && err.to_string().starts_with("the lock is ");
+            if mode_refused {
+                err.context(format!("lock '{}'", lock.name.as_str()))
+            } else {
+                err
+            }
+        })
     }
 }
 
@@ -411,6 +423,112 @@ fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
+/// The width tables are fitted to (0: not fitted), set by [`fit_tables_to_terminal`].
+static FIT_WIDTH: AtomicUsize = AtomicUsize::new(0);
+
+/// Columns cut to fit a terminal, widest first; the others are short by nature.
+const CUTTABLE: [&str; 2] = ["COMMAND", "NOTE"];
+
+/// The narrowest a cut column gets: enough to recognise a command.
+const MIN_CUT_WIDTH: usize = 12;
+
+/// Tables printed from now on fit the terminal on stdout, unless `wide` (--wide) or stdout is
+/// not a terminal: a pipe or a file always gets every character.
+fn fit_tables_to_terminal(wide: bool) {
+    if !wide && let Some(width) = terminal_width() {
+        FIT_WIDTH.store(width, Ordering::Relaxed);
+    }
+}
+
+/// The columns of the terminal on stdout; `None` for anything else.
+#[allow(unsafe_code)] // TIOCGWINSZ: std cannot ask a terminal its size.
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ on an open descriptor (stdout, a terminal) writes one `winsize` into
+    // `size`, which outlives the call, and reads nothing else.
+    let asked = unsafe { nix::libc::ioctl(1, nix::libc::TIOCGWINSZ, &raw mut size) };
+    (asked == 0 && size.ws_col > 0).then(|| usize::from(size.ws_col))
+}
+
+/// Narrows the COMMAND and NOTE columns (the widest first, none below [`MIN_CUT_WIDTH`]) until
+/// the rows fit `width`, cutting their cells with an ellipsis. `rows[0]` is the header.
+fn fit_columns(rows: &mut [Vec<String>], widths: &mut [usize], width: usize) {
+    let cuttable: Vec<usize> = rows.first().map_or_else(Vec::new, |header| {
+        header
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| CUTTABLE.contains(&name.as_str()))
+            .map(|(column, _)| column)
+            .collect()
+    });
+    let total =
+        |widths: &[usize]| widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+    // One column at a time, one character at a time: bounded by the columns' total width.
+    let mut steps = widths.iter().sum::<usize>();
+    while steps > 0 && total(widths) > width {
+        steps -= 1;
+        let Some(&widest) = cuttable
+            .iter()
+            .filter(|&&column| widths[column] > MIN_CUT_WIDTH)
+            .max_by_key(|&&column| widths[column])
+        else {
+            break;
+        };
+        widths[widest] -= 1;
+    }
+    for &column in &cuttable {
+        for row in rows.iter_mut().skip(1) {
+            if let Some(cell) = row.get_mut(column) {
+                *cell = cut_to(cell, widths[column]);
+            }
+        }
+    }
+}
+
+/// The width output is fitted to, when it is (see [`fit_tables_to_terminal`]).
+fn fit_width() -> Option<usize> {
+    Some(FIT_WIDTH.load(Ordering::Relaxed)).filter(|width| *width > 0)
+}
+
+/// `text` in at most `width` characters (at least 1), its end replaced by an ellipsis if cut.
+fn cut_to(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.max(1) - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The lock's name, given with --key or as the first word (flock's, consul's and etcdctl's
+/// habit): one of them, or both the same.
+fn named<'a>(flag: Option<&'a str>, word: Option<&'a str>) -> anyhow::Result<&'a str> {
+    match (flag, word) {
+        (Some(flag), Some(word)) if flag != word => Err(fail(
+            Failure::Usage,
+            format!(
+                "lock name: given twice, as --key '{}' and as '{}'; give it once",
+                printable(flag),
+                printable(word)
+            ),
+        )),
+        (Some(name), _) | (None, Some(name)) => Ok(name),
+        (None, None) => Err(fail(
+            Failure::Usage,
+            "lock name: missing; give it first (redlock run NAME -- COMMAND) or with --key NAME",
+        )),
+    }
+}
+
 /// The lock named by `--key`, which every JSON log line names from now on.
 fn lock_name(key: &str) -> anyhow::Result<LockName> {
     let name = LockName::new(key).context("--key")?;
@@ -570,12 +688,12 @@ fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
 /// Formats rows as left-aligned columns two spaces apart; a cell longer than
 /// [`crate::log::MAX_SHOWN`] characters is cut.
 fn table(rows: &[Vec<String>]) -> String {
-    let rows: Vec<Vec<String>> = rows
+    let mut rows: Vec<Vec<String>> = rows
         .iter()
         .map(|row| row.iter().map(|cell| cut_shown(cell)).collect())
         .collect();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
+    let mut widths: Vec<usize> = (0..columns)
         .map(|c| {
             rows.iter()
                 .filter_map(|row| row.get(c))
@@ -584,6 +702,10 @@ fn table(rows: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
+    let fit = FIT_WIDTH.load(Ordering::Relaxed);
+    if fit > 0 {
+        fit_columns(&mut rows, &mut widths, fit);
+    }
     let mut out = String::new();
     for row in &rows {
         let mut line = String::new();

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use super::{Context, describe, lock_name, print_line, warn_unreadable};
+use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Identity, Release};
 use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.key)?;
+    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {

@@ -15,16 +15,82 @@ use crate::supervisor::{self, Job};
 use crate::waiting::{Ask, Outcome};
 use crate::{child, log::printable};
 
+/// The lock's name and the command to run (`sh -c STRING` for -c). Without --key the name is
+/// the first word, as flock, consul lock and etcdctl lock take theirs: `redlock run NAME --
+/// COMMAND...` or `redlock run NAME -c STRING`.
+fn name_and_argv(args: &RunArgs) -> anyhow::Result<(&str, Vec<OsString>)> {
+    let mut script = args.shell_command.clone().map(OsString::from);
+    let (name, command) = match args.lock.key.as_deref() {
+        Some(key) => (key, args.command.as_slice()),
+        None => {
+            let Some((first, rest)) = args.command.split_first() else {
+                return Err(fail(
+                    Failure::Usage,
+                    "lock name: missing; give it first (redlock run NAME -- COMMAND) or with --key NAME",
+                ));
+            };
+            let name = first.to_str().ok_or_else(|| {
+                fail(
+                    Failure::Usage,
+                    format!(
+                        "lock name '{}': invalid UTF-8",
+                        printable(&first.to_string_lossy())
+                    ),
+                )
+            })?;
+            // After the name, clap takes every word as the command's: a `--` it keeps, and
+            // flock's `NAME -c STRING` arrives as words too.
+            let rest = match rest {
+                [dashes, rest @ ..] if dashes == "--" => rest,
+                [flag, string]
+                    if script.is_none() && (flag == "-c" || flag == "--shell-command") =>
+                {
+                    script = Some(string.clone());
+                    &[]
+                }
+                // `run NAME --ttl 5s -- CMD`: clap took the options for the command's words.
+                [option, ..] if option.to_string_lossy().starts_with('-') => {
+                    return Err(fail(
+                        Failure::Usage,
+                        format!(
+                            "lock '{}': {} comes after the lock's name, where the command starts; put options before the name (redlock run [OPTIONS] NAME -- COMMAND)",
+                            printable(name),
+                            printable(&option.to_string_lossy())
+                        ),
+                    ));
+                }
+                rest => rest,
+            };
+            (name, rest)
+        }
+    };
+    match (script, command.is_empty()) {
+        (Some(_), false) => Err(fail(
+            Failure::Usage,
+            format!(
+                "-c and {}: give the command one way",
+                printable(&command_line(command))
+            ),
+        )),
+        (Some(script), true) => Ok((name, vec!["sh".into(), "-c".into(), script])),
+        (None, true) => Err(fail(
+            Failure::Usage,
+            format!(
+                "lock '{}': no command to run; give it after the name (redlock run NAME -- COMMAND) or with -c",
+                printable(name)
+            ),
+        )),
+        (None, false) => Ok((name, command.to_vec())),
+    }
+}
+
 /// SIGTERM → SIGKILL grace when `--kill-after` is not given.
 const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 
 pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
-    let name = lock_name(&args.lock.key)?;
+    let (name, argv) = name_and_argv(args)?;
+    let name = lock_name(name)?;
     let plan = plan(context, args)?;
-    let argv: Vec<OsString> = match &args.shell_command {
-        Some(script) => vec!["sh".into(), "-c".into(), script.into()],
-        None => args.command.clone(),
-    };
 
     let signals = Signals::block(context.inherited)?;
     let lock = context.lock(name);
@@ -104,7 +170,7 @@ fn plan(context: &Context, args: &RunArgs) -> anyhow::Result<Plan> {
             Failure::Usage,
             match unfit {
                 Unfit::LeaseTooShort => format!(
-                    "--ttl {ttl}: run needs a lease of at least {} (renewals and the kill schedule must fit in it)",
+                    "--ttl {ttl}: must be at least {} for run (renewals and the kill schedule must fit in the lease)",
                     duration::display(MIN_TTL)
                 ),
                 Unfit::RenewalsTooFarApart { at_most } => format!(

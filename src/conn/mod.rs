@@ -165,6 +165,11 @@ impl Target {
         &self.dial.shown
     }
 
+    /// The database number the sessions select.
+    pub(crate) fn db(&self) -> i64 {
+        self.dial.db
+    }
+
     /// The longest a request on a connection not yet open can take: connecting (asking each
     /// sentinel first, or trying each seed of a Cluster, and following a redirection), logging
     /// in, and one command. The caller's own bound on a worker that went quiet (a name lookup
