@@ -59,7 +59,9 @@ local function kind(record)
   return 'an exclusive/shared lock'
 end
 local wanted = kind(request)
-for _, other in ipairs({first and first[2], head and head[2], mine}) do
+-- (`or false`: a nil would end ipairs early, and skip the head and our own record when nobody
+-- holds the lock.)
+for _, other in ipairs({first and first[2] or false, head and head[2] or false, mine or false}) do
   if other and kind(other) ~= wanted then
     return redis.error_reply('MODE the lock is ' .. kind(other) .. ', not ' .. wanted .. '; nothing was changed')
   end

@@ -108,7 +108,8 @@ local FIELD_TYPES = {
   exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
   pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
   mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
-  outcome = 'string', over = 'boolean', why = 'string', keeper = 'number',
+  outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
+  due = 'number', granted = 'boolean', claim = 'number',
 }
 
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
@@ -380,13 +381,26 @@ local function history_change(lock, fence, change)
   lock.history_written = true
 end
 
+-- The first `bytes` bytes of UTF-8 `text`, never cutting a character in two (a reader would
+-- find the record invalid UTF-8).
+local function utf8_prefix(text, bytes)
+  if #text <= bytes then return text end
+  local cut = bytes
+  while cut > 0 do
+    local next_byte = string.byte(text, cut + 1)
+    if next_byte < 0x80 or next_byte >= 0xC0 then break end
+    cut = cut - 1
+  end
+  return string.sub(text, 1, cut)
+end
+
 -- The change that ends an entry (`how`: released, forced, given back), with the exit status
 -- and signal the holder reported, and why it ended ('' = not said: who forced it, a limit that
 -- stopped the command), if any.
 local function ended(now, how, exit, signal, why)
   return function(entry)
     entry.ended, entry.outcome, entry.exit, entry.signal = now, how, tonumber(exit), tonumber(signal)
-    if why ~= nil and why ~= '' then entry.why = string.sub(why, 1, 256) end
+    if why ~= nil and why ~= '' then entry.why = utf8_prefix(why, 256) end
   end
 end
 

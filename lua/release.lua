@@ -41,7 +41,7 @@ if op == 'token' and mine == nil then
       if not entry.ended then entry.ended, entry.outcome = now, 'lost' end
       entry.exit = entry.exit or tonumber(arg.exit)
       entry.signal = entry.signal or tonumber(arg.signal)
-      if arg.why ~= '' and not entry.why then entry.why = string.sub(arg.why, 1, 256) end
+      if arg.why ~= '' and not entry.why then entry.why = utf8_prefix(arg.why, 256) end
     end)
     settle(lock)
   end

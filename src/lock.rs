@@ -622,9 +622,11 @@ impl Lock {
         // blocked), and a wait tries again after a pause. `WAIT 0 0` answers at once with the
         // replicas that acknowledge this connection's writes: all connected ones. (Not on a
         // Cluster, where this connection may be on another master than the lock's slot: the
-        // WAIT after the script still gives an unacknowledged lock back.)
+        // WAIT after the script still gives an unacknowledged lock back. Nor on a connection
+        // that has written: WAIT then counts the replicas that acknowledged that write.)
         if let Some(replicas) = replicas
             && !session.is_cluster()
+            && session.is_fresh()
         {
             let connected: u32 = session.run(|con| redis::cmd("WAIT").arg(0).arg(0).query(con))?;
             if connected < replicas.count {
@@ -730,7 +732,7 @@ impl Lock {
     /// `mark`: a request of the token may still be on its way; without one, leaving leaves
     /// nothing behind.
     pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
-        self.release_script_marking(
+        self.release_script(
             session,
             "leave",
             Some(&waiter.token),
@@ -871,7 +873,7 @@ impl Lock {
         ending: &Ending,
     ) -> anyhow::Result<Release> {
         Ok(
-            match self.release_script(session, "token", Some(token), min_hold, "", ending)? {
+            match self.release_script(session, "token", Some(token), min_hold, "", ending, false)? {
                 redis::Value::Int(1) => Release::Released,
                 redis::Value::Int(0) => Release::NotHeld,
                 other => match redis::from_redis_value::<(i64, u64)>(other)? {
@@ -901,25 +903,14 @@ impl Lock {
             Duration::ZERO,
             "",
             &ending,
+            false,
         )?)?;
         time_and_records(&reply, "release", &self.keys.holders, "a holder record")
     }
 
-    fn release_script(
-        &self,
-        session: &mut Session,
-        op: &str,
-        token: Option<&Token>,
-        min_hold: Duration,
-        waiter_id: &str,
-        ending: &Ending,
-    ) -> anyhow::Result<redis::Value> {
-        self.release_script_marking(session, op, token, min_hold, waiter_id, ending, true)
-    }
-
-    /// `release_script`; `mark`: with `leave`, set the token's cancel mark.
+    /// Runs `lua/release.lua`; `mark`: with `leave`, set the token's cancel mark.
     #[allow(clippy::too_many_arguments)]
-    fn release_script_marking(
+    fn release_script(
         &self,
         session: &mut Session,
         op: &str,

@@ -129,6 +129,8 @@ pub(crate) fn acquire(
         call_at: None,
         polling: false,
         woken_failures: 0,
+        unanswered: false,
+        holding: false,
         session: None,
         reply_by: None,
         status: Status::new(lock.name.as_str(), log, deadline, ask.progress_every),
@@ -310,6 +312,13 @@ struct Acquirer<'a> {
     polling: bool,
     /// Blocks in a row that ended with a failed connection.
     woken_failures: u32,
+    /// A call of the waiter's token once went without a reply: it may still reach Redis, so
+    /// giving up must mark the token cancelled. Never cleared (a later answer to another call
+    /// says nothing of that one).
+    unanswered: bool,
+    /// The token holds the lock while the machine goes on (a late answer being confirmed):
+    /// giving up must give it back.
+    holding: bool,
     /// The connection, while no request is in flight and the next call waits for `call_at`.
     session: Option<Session>,
     /// A request is in flight, and its reply is due by then at the latest.
@@ -359,7 +368,7 @@ impl Acquirer<'_> {
         };
         self.reply_by = Some(BootInstant::now() + self.target.request_bound());
         self.worker.run(&self.inbox.reporter(), move || {
-            let sent = BootInstant::now();
+            let mut sent = BootInstant::now();
             let request = Request {
                 token: &token,
                 ttl,
@@ -380,6 +389,9 @@ impl Acquirer<'_> {
                 }),
             }
             .and_then(|mut session| {
+                // The lease counts from the request, not from connecting (a Sentinel target
+                // asks the sentinels first): still before the server can run it.
+                sent = BootInstant::now();
                 // After a failure a late reply may still come on this connection: it is
                 // dropped with the error.
                 let acquisition = lock.acquire(&mut session, &request, queueing)?;
@@ -450,6 +462,7 @@ impl Acquirer<'_> {
                     // A refusal or a failure to connect changed nothing; a request without a
                     // reply may have.
                     self.unsure = self.unsure && no_reply(&err).is_some();
+                    self.unanswered |= self.unsure;
                     self.on_failure(err)
                 }
             },
@@ -489,11 +502,12 @@ impl Acquirer<'_> {
             Reply::Refreshed {
                 result: Err(err), ..
             } => self.on_failure(err),
-            // The Redis user may not block, or the server refuses BLPOP some other way (an
-            // error reply: renamed, or a server that will answer the same again): look at the
-            // lock now and then instead, never in a loop.
+            // The Redis user may not block, or the server does not know BLPOP (renamed away):
+            // look at the lock now and then instead, never in a loop. (Other error replies,
+            // UNBLOCKED in a failover or LOADING, pass: they go the way of a failed block.)
             Reply::Woken(Err(err))
-                if failure_of(&err) == Some(Failure::Auth) || no_reply(&err).is_none() =>
+                if failure_of(&err) == Some(Failure::Auth)
+                    || format!("{err:#}").contains("unknown command") =>
             {
                 self.status.clear();
                 self.log.warn(format_args!(
@@ -507,8 +521,8 @@ impl Acquirer<'_> {
             // The connection failed under the block: a stop and continue (Ctrl-Z and `fg`) ends
             // it with EINTR, or the server went away. A wake-up may be lost with it; a fresh
             // connection and a look at the lock tell what was missed.
-            // Again and again (a server or proxy that closes every blocked connection): the
-            // next look waits as after any failure.
+            // Again and again (a server or proxy that closes every blocked connection, or an
+            // error reply that passes): the next look waits a little.
             Reply::Woken(Err(err)) => {
                 self.woken_failures += 1;
                 if self.woken_failures == 1 {
@@ -516,7 +530,10 @@ impl Acquirer<'_> {
                 } else {
                     self.log
                         .step(format_args!("{err:#}; looking at the lock again shortly"));
-                    self.call_at = Some(BootInstant::now() + backoff(self.woken_failures - 1));
+                    // Never longer than a poll: a grant handed over meanwhile must be claimed
+                    // before it lapses.
+                    let pause = backoff(self.woken_failures - 1).min(POLL_EVERY);
+                    self.call_at = Some(BootInstant::now() + pause);
                 }
                 Ok(None)
             }
@@ -534,12 +551,16 @@ impl Acquirer<'_> {
             // is used: `run` would refuse to start on it. While the wait lasts, one more call
             // renews it from a fresh send time (the token holds the lock: the call only
             // resets its lease), instead of giving it up.
+            // Once only: a link so slow that every answer is late would otherwise hold the
+            // lock confirming it forever.
             Acquisition::Acquired(_)
                 if !self.reentering
+                    && !self.holding
                     && self.ask.wait != Wait::No
                     && !self.past_deadline()
                     && BootInstant::now().since(sent) > self.ask.ttl / 3 =>
             {
+                self.holding = true;
                 self.log.step(format_args!(
                     "lock '{}' taken, but the answer took {}: confirming its lease again",
                     printable(self.lock.name.as_str()),
@@ -724,6 +745,7 @@ impl Acquirer<'_> {
             // The worker went quiet beyond every timeout it has (a name lookup that hangs):
             // abandon it with its request, and carry on with a fresh one.
             self.reply_by = None;
+            self.unanswered |= self.unsure;
             self.worker = Worker::start("redis")?;
             let err = fail(
                 Failure::Unavailable,
@@ -803,13 +825,13 @@ impl Acquirer<'_> {
     /// Returns what could not be cleaned up, for the caller to say once.
     fn give_up(&mut self) -> Option<String> {
         self.status.clear();
-        if !self.queued && !self.unsure {
+        if !self.queued && !self.unsure && !self.unanswered && !self.holding {
             return None;
         }
         let bound = Duration::from_millis(400);
         // The cancel mark only while a request of the token may still arrive: otherwise
         // leaving the queue leaves nothing behind.
-        let mark = self.unsure;
+        let mark = self.unsure || self.unanswered;
         let left = self.target.connect_within(bound).and_then(|mut fresh| {
             fresh.set_command_timeout(bound)?;
             self.lock.leave(&mut fresh, &self.waiter, mark)

@@ -651,25 +651,8 @@ fn a_waiter_whose_blpop_is_refused_polls_gently() {
         .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
         .spawn();
     std::thread::sleep(Duration::from_secs(3));
-    let info: String = server.cmd(&["INFO", "stats"]);
-    let connections: u64 = info
-        .lines()
-        .find_map(|line| line.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap();
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    let scripts: u64 = info
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum::<u64>();
+    let connections = server.stat("total_connections_received");
+    let scripts = server.calls(&["evalsha", "eval"]);
     // The test's own INFO connections count too.
     assert!(connections <= 6, "{connections} connections in 3 s");
     assert!(scripts <= 12, "{scripts} script calls in 3 s");
@@ -701,19 +684,7 @@ fn a_waiter_denied_blpop_polls_gently() {
         .env("REDLOCK_URL", &url)
         .spawn();
     std::thread::sleep(Duration::from_secs(3));
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    let scripts: u64 = info
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+    let scripts = server.calls(&["evalsha", "eval"]);
     // Twice a second, and a few for joining and the refused block.
     assert!(scripts <= 12, "{scripts} script calls in 3 s");
     server

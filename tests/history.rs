@@ -466,3 +466,23 @@ fn notes_show_wherever_the_holder_does() {
         .one_line_error("--note: 501 bytes long; the limit is 500");
     assert_eq!(server.keys(), before);
 }
+
+/// Found in review: `why` was cut at 256 bytes in the middle of a character, and the history
+/// then failed to read (exit 69) until the entry aged out. A long reason in Cyrillic is cut at
+/// a character's boundary, and the history reads.
+#[test]
+fn a_long_reason_in_any_script_is_cut_between_characters() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .run()
+        .code(0);
+    let reason = "Ж".repeat(150);
+    server
+        .redlock(&["release", "--key", "job", "--force", "--reason", &reason])
+        .run()
+        .code(0);
+    let why = history(&server)[0]["why"].as_str().unwrap().to_owned();
+    assert!(why.len() <= 256 && why.ends_with('Ж'), "{why}");
+    server.redlock(&["inspect", "--key", "job"]).run().code(1);
+}

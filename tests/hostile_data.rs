@@ -574,3 +574,53 @@ fn strings_from_redis_or_a_server_cannot_drive_the_terminal() {
     drop(out);
     let _ = replier.join();
 }
+
+/// Found in review: with nobody holding the lock, the kind check stopped at the missing holder
+/// and never looked at the head of the queue, so a semaphore request next to a live exclusive
+/// waiter at the head handed that waiter the lock and then took a permit beside it. A request
+/// of another kind than the queue's head is refused (64) and changes nothing.
+#[test]
+fn a_request_of_another_kind_than_the_queues_head_is_refused_when_nobody_holds() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);
+    server.cmd::<()>(&[
+        "HSET",
+        WAITERS,
+        "0000000000000001",
+        &queue_entry(1, now + 60_000),
+    ]);
+    for key in [QUEUE, WAITERS] {
+        server.cmd::<()>(&["PEXPIREAT", key, &(now + 60_000).to_string()]);
+    }
+    server
+        .redlock(&["acquire", "--key", "job", "--limit", "3", "--ttl", "10s"])
+        .run()
+        .code(64)
+        .one_line_error("the lock is an exclusive/shared lock, not a semaphore of 3");
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", HOLDERS]),
+        0,
+        "nothing was taken"
+    );
+}
+
+/// Found in review: a queue entry whose `steady` (the head lease's bookkeeping) is not a
+/// number passed the record check, and a script computed with it: exit 70. It is foreign data.
+#[test]
+fn a_queue_entry_with_a_forged_head_lease_field_is_foreign_data() {
+    let server = RedisServer::start();
+    let now = server_ms(&server);
+    let mut entry: serde_json::Value = serde_json::from_str(&queue_entry(1, now + 60_000)).unwrap();
+    entry["steady"] = serde_json::json!("x");
+    server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);
+    server.cmd::<()>(&["HSET", WAITERS, "0000000000000001", &entry.to_string()]);
+    for key in [QUEUE, WAITERS] {
+        server.cmd::<()>(&["PEXPIREAT", key, &(now + 60_000).to_string()]);
+    }
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "1s"])
+        .run()
+        .code(64)
+        .one_line_error("that redlock did not write");
+}

@@ -192,12 +192,7 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
             out.fail("a wait should not go on for a server too old");
         }
     }
-    let info: String = server.cmd(&["INFO", "stats"]);
-    let connections: u64 = info
-        .lines()
-        .find_map(|line| line.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap();
+    let connections = server.stat("total_connections_received");
     assert!(
         connections <= 12,
         "{connections} connections for 4 commands"

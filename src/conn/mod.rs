@@ -86,10 +86,12 @@ impl Dial {
             dial: Arc::clone(self),
             cluster: false,
             command_timeout: timeout,
+            used: false,
         };
         session.set_command_timeout(timeout)?;
         session.log_in(&self.credentials, self.db)?;
         session.set_command_timeout(self.command_timeout)?;
+        session.used = false;
         Ok(session)
     }
 }
@@ -256,6 +258,8 @@ pub struct Session {
     /// The connection is to a Cluster node: MOVED and ASK are followed.
     cluster: bool,
     command_timeout: Duration,
+    /// A request went out on it since it was opened (logging in aside).
+    used: bool,
 }
 
 impl Session {
@@ -272,6 +276,7 @@ impl Session {
             dial: Arc::clone(dial),
             cluster: false,
             command_timeout: timeout,
+            used: false,
         };
         session.set_command_timeout(timeout)?;
         Ok(session)
@@ -311,6 +316,11 @@ impl Session {
         self.cluster
     }
 
+    /// Whether nothing was sent on it since it was opened (logging in aside).
+    pub(crate) fn is_fresh(&self) -> bool {
+        !self.used
+    }
+
     /// Runs one request; a failure becomes an error with the right outcome and the server
     /// named. In a Cluster, a request for a slot another node serves is sent again there
     /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran. A
@@ -320,6 +330,7 @@ impl Session {
         &mut self,
         mut request: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> anyhow::Result<T> {
+        self.used = true;
         for redirection in 0..=MAX_REDIRECTIONS {
             let err = match request(&mut *self.con) {
                 Ok(reply) => return Ok(reply),
@@ -614,9 +625,17 @@ pub(crate) fn redact_url(url: &str) -> String {
             None => "***".to_owned(),
         }
     } else {
-        match url.split_once('?') {
-            Some((before, _)) => format!("{before}?***"),
-            None => url.to_owned(),
+        let (before, query) = match url.split_once('?') {
+            Some((before, _)) => (before, "?***"),
+            None => (url, ""),
+        };
+        // After a ':' may stand a port, or a password without its '@' (`redis://:s3cret`).
+        match before.split_once("://") {
+            Some((scheme, rest)) if rest.contains(':') => {
+                let host = rest.split(':').next().unwrap_or_default();
+                format!("{scheme}://{host}:***{query}")
+            }
+            _ => format!("{before}{query}"),
         }
     };
     crate::log::printable(&shown)
@@ -652,8 +671,17 @@ mod tests {
             "redis://***"
         );
         assert_eq!(redact_url("redis://u:Pa?ss-s3cret@h"), "redis://***");
-        assert_eq!(redact_url("redis://h:99999"), "redis://h:99999");
-        assert_eq!(redact_url("redis://h:x?password=s3cret"), "redis://h:x?***");
+        assert_eq!(redact_url("redis://h:99999"), "redis://h:***");
+        assert_eq!(redact_url("redis://:s3cret"), "redis://:***");
+        assert_eq!(redact_url("redis://default:s3cret"), "redis://default:***");
+        assert_eq!(
+            redact_url("unix://:s3cret@/tmp/redis.sock"),
+            "unix:///tmp/redis.sock?password=***"
+        );
+        assert_eq!(
+            redact_url("redis://h:x?password=s3cret"),
+            "redis://h:***?***"
+        );
     }
 
     /// Every ASCII character, anywhere in a password, in every place a password can go: neither
@@ -693,6 +721,11 @@ mod tests {
                 format!("redis+sentinel://:{password}@s1,s2/mymaster"),
                 format!("redis://h?password={password}"),
                 format!("unix:///tmp/s?pass={password}"),
+                format!("unix://:{password}@/tmp/s"),
+                // Without a host (a mistake): the rest after an '@' in the password would be
+                // the host, by the URL's own rule; any other password is never shown.
+                format!("redis://:{}", password.replace('@', "")),
+                format!("redis://user:{}", password.replace('@', "")),
             ] {
                 // Neither half of the marker, which a separator in the password may split.
                 let quotes_it = |text: &str| text.contains("SEC") || text.contains("RET");

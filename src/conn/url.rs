@@ -66,10 +66,30 @@ impl RedisUrl {
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| format!("no scheme; expected {FORMS}"))?;
-        // The host part ends at the first '/', '?' or '#'. An '@' after it means a user name or
-        // password that holds one of those unencoded: whatever is said about the rest would
-        // quote part of the password, so say only that.
-        if !matches!(scheme, "unix" | "redis+unix") {
+        let mut userinfo = None;
+        let mut rest = rest;
+        if matches!(scheme, "unix" | "redis+unix") {
+            // A userinfo before the path, as redis-py writes it: `unix://[user]:password@/path`.
+            // Anything else with an '@' is refused without a word about it: it may be a
+            // password with an unencoded '/', '?' or '#'.
+            if rest.contains('@') {
+                match rest.rsplit_once("@/") {
+                    Some((info, _)) if !info.contains(['/', '?', '#']) => {
+                        userinfo = Some(info);
+                        rest = &rest[info.len() + 1..];
+                    }
+                    _ => {
+                        return Err(
+                            "an '@' in a socket URL that is not a userinfo before the path; write unix://user:password@/path, with '/', '?', '#' and '@' in them percent-encoded"
+                                .into(),
+                        );
+                    }
+                }
+            }
+        } else {
+            // The host part ends at the first '/', '?' or '#'. An '@' after it means a user
+            // name or password that holds one of those unencoded: whatever is said about the
+            // rest would quote part of the password, so say only that.
             let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             if rest[authority_end..].contains('@') {
                 return Err(
@@ -107,6 +127,15 @@ impl RedisUrl {
         }
         match scheme {
             "unix" | "redis+unix" => {
+                if let Some(info) = userinfo {
+                    match info.split_once(':') {
+                        Some((user, password)) => {
+                            url.user = Some(decode(user)?).filter(|user| !user.is_empty());
+                            url.password = Some(decode(password)?);
+                        }
+                        None => url.user = Some(decode(info)?).filter(|user| !user.is_empty()),
+                    }
+                }
                 let path = decode(rest)?;
                 if path.is_empty() {
                     return Err("no socket path; expected unix:///path/to/socket".into());
@@ -298,6 +327,17 @@ fn parse_host(text: &str, default_port: u16) -> Result<Address, String> {
     };
     if host.is_empty() {
         return Err("no host".into());
+    }
+    // A name or an address: anything else is a mistake, and may be part of a password.
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+    let ipv6 = |c: char| c.is_ascii_alphanumeric() || ":.%".contains(c);
+    let host_ok = if text.starts_with('[') {
+        host.chars().all(ipv6)
+    } else {
+        decode(host).is_ok_and(|name| name.chars().all(allowed))
+    };
+    if !host_ok {
+        return Err("a host name may hold only letters, digits, '-', '.' and '_'".into());
     }
     let port = match port {
         Some(port) => port
