@@ -127,8 +127,8 @@ end
 -- lapse); behind them, a waiter looks once per place between it and them, every third of a
 -- head lease (so the calls of a long idle queue grow only with the log of its length), at
 -- least every third of the entry ttl (and of the lease it asked for, in the first
--- AHEAD_PLACES), and once the head lease
--- of the places ahead of it lapsed when this call gave it to them (lease_through). With more dead entries at the head than one call examines,
+-- AHEAD_PLACES), and once the head lease of the places ahead of it lapsed when this call gave
+-- it to them (lease_through). With more dead entries at the head than one call examines,
 -- everyone calls again soon. The entry keeps when its waiter is due to call (`due`): one
 -- moving into the first places on time needs no wake-up (lease_head).
 local function hint_at(position)
@@ -143,7 +143,8 @@ local function hint_at(position)
   -- a second at most): dead waiters ahead of it are found within that. Further back, the calls
   -- of a long idle queue stay cheap.
   if position > 0 and position <= AHEAD_PLACES then
-    hint = math.min(hint, math.max(math.floor(ttl / 3), math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3)))
+    local renewal = math.max(math.floor(ttl / 3), math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3))
+    hint = math.min(hint, renewal)
   end
   -- The places ahead were given the head lease: look again once it lapsed.
   if lock.lease_through then hint = math.min(hint, HEAD_TTL_MS + 100) end
