@@ -54,6 +54,9 @@ refused, first = first_holder(lock)
 if refused then return refused end
 refused, head = peek_head(lock)
 if refused then return refused end
+-- Dead waiters at the head, dropped by this (steady) caller: more may be dead between the head
+-- and the caller (see lease_head and hint_at).
+local reaping = lock.reaps and lock.dead[1] ~= nil
 local function kind(record)
   if record.mode == 'semaphore' then return 'a semaphore of ' .. record.limit end
   return 'an exclusive/shared lock'
@@ -124,9 +127,10 @@ end
 -- The first two in line watch the earliest expiry among the holders; the first HEAD_PLACES
 -- call every third of their head lease (which drops the dead ones ahead of them as they
 -- lapse); behind them, a waiter looks once per place between it and them, every third of a
--- head lease (so a run of dead places longer than the head costs about that per place, and
--- the calls of a long idle queue grow only with the log of its length), and at least every
--- third of the entry ttl. With more dead entries at the head than one call examines,
+-- head lease (so the calls of a long idle queue grow only with the log of its length), at
+-- least every third of the entry ttl (and of the lease it asked for, in the first
+-- AHEAD_PLACES), and once the head lease of the places ahead of it lapsed when this call gave
+-- it to them (lease_through). With more dead entries at the head than one call examines,
 -- everyone calls again soon. The entry keeps when its waiter is due to call (`due`): one
 -- moving into the first places on time needs no wake-up (lease_head).
 local function hint_at(position)
@@ -136,6 +140,16 @@ local function hint_at(position)
     local look = math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3)
     hint = math.min(hint, look * math.max(1, position - HEAD_PLACES))
   end
+  -- Within the places a steady waiter's call can give the head lease to (AHEAD_PLACES), a
+  -- waiter looks at least as often as a holder renews (a third of the lease it asked for; once
+  -- a second at most): dead waiters ahead of it are found within that. Further back, the calls
+  -- of a long idle queue stay cheap.
+  if position > 0 and position <= AHEAD_PLACES then
+    local renewal = math.max(math.floor(ttl / 3), math.floor(math.min(HEAD_TTL_MS, entry_ttl) / 3))
+    hint = math.min(hint, renewal)
+  end
+  -- The places ahead were given the head lease: look again once it lapsed.
+  if lock.lease_through then hint = math.min(hint, HEAD_TTL_MS + 100) end
   if lock.head_unknown then hint = 0 end
   if position > 0 and position <= 2 and earliest then hint = math.min(hint, earliest[2].exp - now) end
   return hint
@@ -144,6 +158,9 @@ end
 local position = 0
 if entry then
   position = redis.call('ZRANK', key.queue, waiter) + 1
+  if reaping and position > HEAD_PLACES + 1 then
+    lock.lease_through = math.min(position - 1, AHEAD_PLACES)
+  end
   entry.exp, entry.due = now + entry_life(position, entry_ttl), now + hint_at(position)
   put_entry(lock, waiter, entry, now + entry_ttl)
 elseif waiter ~= '' and not lock.head_unknown then

@@ -38,6 +38,10 @@ local HEAD_TTL_MS = 3000
 -- Anyone drops an entry lapsed for REAP_GRACE_MS. Until dropped, a lapsed entry counts as
 -- live: handed the lock, it costs the queue one grant.
 local REAP_GRACE_MS = 60000
+-- A steady waiter that drops lapsed entries at the head gives the head lease to the places
+-- ahead of it too, up to this many (lease_head), and calls again when they lapse: a run of
+-- dead waiters longer than the head costs one head lease, not one per head's worth of them.
+local AHEAD_PLACES = 64
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change.
 local HISTORY_CAP = 100
@@ -578,9 +582,13 @@ end
 -- second), so a live one calls, learns its place and keeps calling every third of the lease.
 -- Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call. After the
 -- first write: an entry that does not decode is left for the next call to refuse.
+-- `lock.lease_through` (set by a steady waiter's call that dropped lapsed entries at the head,
+-- see acquire.lua) extends this to the places ahead of that waiter, at most AHEAD_PLACES: dead
+-- waiters there then lapse together instead of a head's worth at a time.
 local function lease_head(lock, wake_ttl)
   if lock.length <= 0 then return end
-  local ids = redis.call('ZRANGE', lock.key.queue, 0, HEAD_PLACES - 1)
+  local places = math.max(HEAD_PLACES, lock.lease_through or 0)
+  local ids = redis.call('ZRANGE', lock.key.queue, 0, places - 1)
   if not ids[1] then return end
   local values = redis.call('HMGET', lock.key.waiters, unpack(ids))
   local short = lock.now + HEAD_TTL_MS

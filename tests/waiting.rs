@@ -853,6 +853,38 @@ fn five_dead_waiters_do_not_starve_a_live_one() {
     );
 }
 
+/// Issue 28: a run of dead waiters longer than the head (20, the head lease covers 8) costs no
+/// more than the TTL they asked for in all. The live waiter far back looks every third of its
+/// TTL, and once it finds lapsed entries at the head it gives the head lease to every place ahead
+/// of it, so they lapse together; before, each head's worth cost a look of a second per place
+/// (19.4 s here, with a 10 s TTL).
+#[test]
+fn twenty_dead_waiters_cost_no_more_than_the_ttl() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    queue_dead_acquires(&server, 0, 20);
+    let live = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "60s"])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .cmd::<usize>(&["ZCARD", "redlock:{job}:queue"])
+            == 21),
+        "the live waiter did not queue behind the dead ones"
+    );
+    let released = Instant::now();
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    live.wait(Duration::from_secs(30)).code(0);
+    assert!(
+        released.elapsed() < Duration::from_secs(10),
+        "the live waiter acquired {:?} after the release",
+        released.elapsed()
+    );
+}
+
 /// Issue 28, point 3: two dead waiters at the head, the one told to watch the first one's grant
 /// dead too: the live waiter behind them is not left to its 40 s refresh (it took 45.75 s).
 /// Killed just before the release, both may still be live when their turns come: each then

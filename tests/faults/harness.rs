@@ -429,6 +429,9 @@ pub(super) struct Tally {
     /// Exit codes outside README's table, or 70 (a bug in redlock), or a code the scenario
     /// did not expect.
     pub(super) unexplained_exits: u64,
+    /// Liveness bounds a row promises and missed: idle time of a key with a live waiter, delay
+    /// of redlock's exit after its command (T39, T40).
+    pub(super) missed_bounds: u64,
     /// Anything else worth a column: the scenario's own measurements.
     pub(super) notes: String,
 }
@@ -485,7 +488,7 @@ impl Tally {
     }
 
     /// Records the tally (when the full suite collects results) and asserts the targets:
-    /// 0 overlaps, 0 stale fences, 0 leaked keys, 0 unexplained exits.
+    /// 0 overlaps, 0 stale fences, 0 leaked keys, 0 unexplained exits, 0 missed bounds.
     #[track_caller]
     pub(super) fn finish(self) {
         record(&self, "pass");
@@ -494,10 +497,11 @@ impl Tally {
                 self.overlaps,
                 self.stale_fences,
                 self.leaked_keys,
-                self.unexplained_exits
+                self.unexplained_exits,
+                self.missed_bounds
             ),
-            (0, 0, 0, 0),
-            "{} {}: overlaps, stale fences, leaked keys, unexplained exits ({})",
+            (0, 0, 0, 0, 0),
+            "{} {}: overlaps, stale fences, leaked keys, unexplained exits, missed bounds ({})",
             self.id,
             self.name,
             self.notes
@@ -511,7 +515,11 @@ pub(super) fn record(tally: &Tally, result: &str) {
     let Some(dir) = std::env::var_os("REDLOCK_FAULTS_RESULTS") else {
         return;
     };
-    let missed = tally.overlaps + tally.stale_fences + tally.leaked_keys + tally.unexplained_exits;
+    let missed = tally.overlaps
+        + tally.stale_fences
+        + tally.leaked_keys
+        + tally.unexplained_exits
+        + tally.missed_bounds;
     let line = serde_json::json!({
         "id": tally.id,
         "name": tally.name,
@@ -521,6 +529,7 @@ pub(super) fn record(tally: &Tally, result: &str) {
         "stale_fences": tally.stale_fences,
         "leaked_keys": tally.leaked_keys,
         "unexplained_exits": tally.unexplained_exits,
+        "missed_bounds": tally.missed_bounds,
         "result": if missed > 0 && result == "pass" { "fail" } else { result },
         "notes": tally.notes,
     });

@@ -7,6 +7,7 @@
 mod harness;
 mod hostile;
 mod hygiene;
+mod liveness;
 mod model;
 mod scenarios;
 mod soak;

@@ -38,7 +38,7 @@ print(f"Run on {args.started} with `{args.command}` ({int(args.seconds) // 60} m
       f"{int(args.seconds) % 60} s; exit status {args.status}). Machine: {cores} CPUs, "
       f"Linux {platform.release()}, redis-server {redis}; redlock's debug build, every "
       "process against its own redis-server on loopback. The suite, its oracles and the "
-      "scenarios are in `tests/faults/`; the plan they follow has the ids (T1-T38).")
+      "scenarios are in `tests/faults/`; the plan they follow has the ids (T1-T40).")
 print()
 print("Every cell below comes from that run. **runs**: acquisitions attempted; **faults**: "
       "faults injected; **overlaps**: two probes alive at once (a flock referee), or a lost "
@@ -47,10 +47,13 @@ print("Every cell below comes from that run. **runs**: acquisitions attempted; *
       "or a lease longer than the TTL, seen by a sampler every 100 ms; **unexplained exits**: "
       "an exit code outside README's table, or not the one the scenario expects, or another "
       "broken promise that the row's scenario checks (a password shown, a name not shown as "
-      "itself, a crowd of waiters over the plan's load budget).")
+      "itself, a crowd of waiters over the plan's load budget); **missed bounds**: a liveness "
+      "bound the row promises and missed (T39: a key idle with a live waiter queued behind N "
+      "dead ones for 1 s per dead waiter or more, or longer than the TTL; T40: redlock exiting "
+      "more than 1.5 s after its command with Redis stopped).")
 print()
-print("| id | scenario | runs | faults | overlaps | stale fences | leaked keys | unexplained exits | result | notes |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| id | scenario | runs | faults | overlaps | stale fences | leaked keys | unexplained exits | missed bounds | result | notes |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 def order(row):
     number = re.match(r"T(\d+)", row.get("id", ""))
     return (int(number.group(1)) if number else 99, row.get("name", ""))
@@ -59,7 +62,7 @@ for row in sorted(rows, key=order):
     print("| " + " | ".join([
         cell(row, "id"), cell(row, "name"), cell(row, "runs"), cell(row, "faults"),
         cell(row, "overlaps"), cell(row, "stale_fences"), cell(row, "leaked_keys"),
-        cell(row, "unexplained_exits"), cell(row, "result"),
+        cell(row, "unexplained_exits"), cell(row, "missed_bounds"), cell(row, "result"),
         cell(row, "notes").replace("|", "/"),
     ]) + " |")
 print()
