@@ -691,7 +691,8 @@ pub struct ListArgs {
 /// Reads what the user may see (INFO, CONFIG GET, ROLE, and the ACL through a script) and says,
 /// one line per subject, what is safe and what is not: the server's version and role,
 /// replication, the eviction policy, persistence, and whether the user may run every command
-/// redlock needs on its keys. Changes nothing.
+/// redlock needs on its keys. Changes nothing. Exit 3 when nothing unsafe was seen but the
+/// eviction policy, persistence or replication could not be read: an unknown is no all-clear.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Print a JSON array of {check, verdict, detail} instead
