@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::bad_input::MINIMAL_ACL;
 use crate::util::cluster::Cluster;
-use crate::util::{Redlock, TempDir, wait_until};
+use crate::util::{RedisServer, Redlock, TempDir, wait_until};
 
 fn redlock(cluster: &Cluster, args: &[&str]) -> Redlock {
     Redlock::new(args).env("REDLOCK_URL", &cluster.url())
@@ -157,20 +157,7 @@ fn a_slot_that_answers_tryagain_is_retried_gently() {
     )
     .run()
     .code(0);
-    let owner = cluster.node_of("redlock:{k}:holders");
-    let other = cluster
-        .nodes
-        .iter()
-        .find(|node| node.port != owner.port)
-        .unwrap();
-    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
-    owner.cmd::<()>(&[
-        "CLUSTER",
-        "SETSLOT",
-        &slot.to_string(),
-        "MIGRATING",
-        &Cluster::id(other),
-    ]);
+    let (owner, _) = set_slot_of_k(&cluster, "MIGRATING");
     let errors = owner.stat("total_error_replies");
     let connections = owner.stat("total_connections_received");
     let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
@@ -203,20 +190,7 @@ fn a_slot_that_answers_tryagain_is_retried_gently() {
 #[test]
 fn masters_that_send_a_request_back_and_forth_are_followed_gently() {
     let cluster = Cluster::start(0);
-    let owner = cluster.node_of("redlock:{k}:holders");
-    let other = cluster
-        .nodes
-        .iter()
-        .find(|node| node.port != owner.port)
-        .unwrap();
-    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
-    owner.cmd::<()>(&[
-        "CLUSTER",
-        "SETSLOT",
-        &slot.to_string(),
-        "NODE",
-        &Cluster::id(other),
-    ]);
+    let (owner, other) = set_slot_of_k(&cluster, "NODE");
     let redirected = || owner.stat("total_error_replies") + other.stat("total_error_replies");
     let errors = redirected();
     let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
@@ -379,4 +353,25 @@ fn fail_over<'a>(cluster: &'a Cluster, key: &str) -> &'a crate::util::RedisServe
         redis::from_redis_value::<String>(role[0].clone()).unwrap() == "master"
     }));
     replica
+}
+
+/// `CLUSTER SETSLOT <slot of lock k> <state> <another master>` on the slot's owner (MIGRATING:
+/// every script answered TRYAGAIN; NODE: the owner sends requests to the other, which sends
+/// them back); the owner and the other master.
+fn set_slot_of_k<'a>(cluster: &'a Cluster, state: &str) -> (&'a RedisServer, &'a RedisServer) {
+    let owner = cluster.node_of("redlock:{k}:holders");
+    let other = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port != owner.port)
+        .unwrap();
+    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
+    owner.cmd::<()>(&[
+        "CLUSTER",
+        "SETSLOT",
+        &slot.to_string(),
+        state,
+        &Cluster::id(other),
+    ]);
+    (owner, other)
 }
