@@ -345,8 +345,11 @@ pub const GRANT: Duration = Duration::from_secs(5);
 
 /// The grant of a waiter that claims a lock handed over with a call of its own ([`Waiter`]'s
 /// `claims`): it makes that call as soon as it is woken (a round trip), so a grant it has not
-/// claimed within this is a dead waiter's, and lapses for the next in line.
-pub const CLAIM_GRANT: Duration = Duration::from_millis(1500);
+/// claimed within this is a dead waiter's, and lapses for the next in line. Woken to claimed
+/// took at most 5.6 ms (p90 4.1 ms) with both CPUs busy four times over (docs/queue-scale.md);
+/// a live waiter slower than this loses its turn and queues again, a dead one costs the queue
+/// this long, under the second per dead waiter the queue promises.
+pub const CLAIM_GRANT: Duration = Duration::from_millis(600);
 
 /// How long the mark of a token given up lives: far longer than a request can sit in a stalled
 /// server's buffers before it runs, and short enough to leave nothing behind for long.

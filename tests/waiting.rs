@@ -310,6 +310,36 @@ fn a_waiter_stopped_through_its_grant_queues_again() {
     assert!(ran.exists(), "the command did not run");
 }
 
+/// A waiting `acquire` claims its grant with a call as soon as it is woken, so its grant is
+/// short (600 ms): one stopped through it is not a dead waiter to the queue, but neither does
+/// it lose its wait. Woken late, it finds the grant lapsed, queues again, and takes the lock
+/// with a full lease.
+#[test]
+fn a_waiting_acquire_stopped_through_its_grant_queues_again() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    waiter.signal("STOP");
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", "redlock:{job}:holders"]),
+        0,
+        "the stopped waiter's grant outlived the claim window"
+    );
+    waiter.signal("CONT");
+    let out = waiter.wait(Duration::from_secs(20));
+    out.code(0).stderr_contains("queueing again");
+    let pttl = server.cmd::<i64>(&["PTTL", "redlock:{job}:holders"]);
+    assert!(pttl > 5000, "not a full lease: PTTL {pttl}");
+}
+
 #[test]
 fn a_newcomer_does_not_barge_past_the_queue() {
     let server = RedisServer::start();
@@ -873,10 +903,11 @@ fn twenty_dead_waiters_cost_no_more_than_the_ttl() {
 /// Issue 28, point 3: two dead waiters at the head, the one told to watch the first one's grant
 /// dead too: the live waiter behind them is not left to its 40 s refresh (it took 45.75 s).
 /// Killed just before the release, both may still be live when their turns come: each then
-/// costs a waiting `acquire`'s short grant (1.5 s), not the 5 s one of `run`.
+/// costs a waiting `acquire`'s short grant (0.6 s), not the 5 s one of `run` (with a 1.5 s
+/// grant this took 3.2 s).
 #[test]
 fn two_dead_waiters_at_the_head_do_not_starve_a_live_one() {
-    live_waiter_behind_dead_ones(2, Duration::from_millis(4500));
+    live_waiter_behind_dead_ones(2, Duration::from_millis(2500));
 }
 
 /// Issue 28, point 4: a wait that runs out names who holds the lock then, read again, not the
