@@ -385,11 +385,11 @@ pub struct LockArgs {
 }
 
 /// `run --ttl`: run renews the lease and must stop its command within it, so its floor is
-/// higher than other durations' (the same rule `schedule` applies).
+/// higher than other durations' (the same rule `lease::Plan` applies).
 fn parse_run_ttl(text: &str) -> Result<Duration, String> {
     duration::parse_at_least(
         text,
-        crate::schedule::MIN_TTL,
+        crate::lease::MIN_TTL,
         " for run (renewals and the kill schedule must fit in the lease)",
     )
 }

@@ -21,15 +21,15 @@
 //! - `doctor`: what a server's configuration does to the safety of locks.
 //! - `conn`: reaching Redis: URL, password, timeouts, errors classified by outcome.
 //! - `waiting`: taking a lock, re-entering it, or waiting in its FIFO queue (a state machine).
-//! - `supervisor`: running the command under the lock: renewals, signals, self-fencing,
-//!   release (a state machine); `schedule` derives its deadlines, `child` starts and reaps
-//!   the command.
-//! - `keep`: renewing the lease of a lock taken by `acquire --keep-alive`, in the background.
+//! - `lease`: keeping a lease: its deadlines (`Plan`, `Window`), the renewals (`Renewer`),
+//!   and the keeper of `acquire --keep-alive`, which renews in the background.
+//! - `supervise`: running the command under the lock (a state machine): a `Renewer` for the
+//!   lease, a `Stopper` for the command's process group (`child` starts and reaps it),
+//!   self-fencing, and the release.
 //! - `inbox`: the main thread's one wait for signals and for the replies of worker threads,
 //!   which make every Redis request; `signals` says which signals are handled and what the
 //!   command inherits; `clock` keeps deadlines on a suspend-aware monotonic clock.
 
-mod child;
 pub mod cli;
 mod clock;
 mod cmd;
@@ -40,17 +40,16 @@ pub mod exit;
 mod failpoint;
 mod files;
 mod inbox;
-mod keep;
 pub mod keys;
+mod lease;
 pub mod lock;
 pub mod log;
 mod quorum;
 mod quorum_waiting;
-mod schedule;
 mod scripts;
 mod signals;
 mod store;
-mod supervisor;
+mod supervise;
 mod waiting;
 
 use std::ffi::OsString;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail, failure_of};
+use crate::lease::drift;
 use crate::lock::{
     Acquisition, Ending, Holder, Lease, Lock, LockState, Queueing, Release, Request, Unreadable,
     Waiter,
@@ -87,12 +88,6 @@ const STRAGGLER_GRACE: Duration = Duration::from_millis(250);
 
 fn per_master_limit(request_timeout: Duration, ttl: Duration) -> Duration {
     request_timeout.min(ttl / 10).max(Duration::from_millis(10))
-}
-
-/// The clock drift allowed for over a lease of `ttl`: 1 % of it plus 2 ms, as everywhere in
-/// redlock (the servers' clocks run at slightly different rates than ours).
-fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
 }
 
 /// What is left of a lease of `ttl` after a round that took `elapsed`: the clocks of the

@@ -15,10 +15,10 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Reporter, Worker};
+use crate::lease::{Confirmed, HASTY_RELEASE};
 use crate::lock::{Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
 use crate::quorum::{Attempt, Quorum, transient};
-use crate::schedule::Confirmed;
 use crate::signals::{self, Signals};
 use crate::waiting::{Ask, Held, Outcome, Wait};
 
@@ -39,9 +39,6 @@ const LOOK_EVERY_WITHOUT_NOTICES: Duration = Duration::from_secs(1);
 
 /// The pause before the round that follows the start of the listeners.
 const FIRST_LOOK_AFTER_LISTENING: Duration = Duration::from_millis(100);
-
-/// How long a round given up on (a signal) may take to be given back.
-const GIVE_UP_BOUND: Duration = Duration::from_millis(500);
 
 /// A random pause of up to `5 ms × 2^rounds`, at most 500 ms: the first retry after a release
 /// is prompt; waiters that keep colliding spread out.
@@ -203,7 +200,7 @@ pub(crate) fn acquire(
 }
 
 /// Gives `token` up on every master (a round in flight may have taken the lock, or still
-/// take it when its request arrives), within [`GIVE_UP_BOUND`].
+/// take it when its request arrives), within [`HASTY_RELEASE`].
 fn give_up(quorum: &Arc<Quorum>, lock: &Lock, token: Token) {
     let (done, finished) = std::sync::mpsc::channel();
     let (quorum, lock) = (Arc::clone(quorum), lock.clone());
@@ -214,11 +211,11 @@ fn give_up(quorum: &Arc<Quorum>, lock: &Lock, token: Token) {
                 token,
                 ..Waiter::new()
             };
-            quorum.leave(&lock, &waiter, GIVE_UP_BOUND);
+            quorum.leave(&lock, &waiter, HASTY_RELEASE);
             let _ = done.send(());
         });
     if spawned.is_ok() {
-        let _ = finished.recv_timeout(GIVE_UP_BOUND + Duration::from_millis(100));
+        let _ = finished.recv_timeout(HASTY_RELEASE + Duration::from_millis(100));
     }
 }
 

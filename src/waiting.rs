@@ -29,12 +29,12 @@ use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Failure, fail, failure_of, no_reply};
 use crate::inbox::{Inbox, Incoming, Worker};
+use crate::lease::Confirmed;
 use crate::lock::{
     Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Refreshed,
     Replicas, Request, Token, Waiter, Wake,
 };
 use crate::log::{Log, printable, shown};
-use crate::schedule::Confirmed;
 use crate::signals::{self, Signals};
 
 /// How long to wait for a busy lock.
@@ -249,7 +249,7 @@ impl ServerReading {
     /// The earliest local instant at which the server's clock can read `server_ms`.
     fn earliest(self, server_ms: u64) -> BootInstant {
         let span = Duration::from_millis(server_ms.saturating_sub(self.now));
-        self.sent + span.saturating_sub(span / 100 + Duration::from_millis(2))
+        self.sent + span.saturating_sub(crate::lease::drift(span))
     }
 
     /// About when the server's clock reads `server_ms`, for waking up just after it.
@@ -271,6 +271,11 @@ struct Failures {
 
 /// How often a waiter whose Redis user may not block (BLPOP) looks at the lock instead.
 const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// The bound of each of a give-up's two requests (leave the queue, then read who holds the
+/// lock for the message): a signal must end redlock within a second whatever state Redis is
+/// in.
+const GIVE_UP_STEP: Duration = Duration::from_millis(400);
 
 /// Pause before the next attempt after `failures` failed ones: 100 ms doubling to 2 s, less up
 /// to a quarter at random, so waiters that lost the same server do not come back in step.
@@ -808,7 +813,7 @@ impl Acquirer<'_> {
     /// read on a fresh connection within the bound a give-up has; `None` if Redis does not
     /// answer in time.
     fn holder_now(&self) -> Option<(Option<Holder>, u64)> {
-        let bound = Duration::from_millis(400);
+        let bound = GIVE_UP_STEP;
         let mut fresh = self.target.connect_within(bound).ok()?;
         fresh.set_command_timeout(bound).ok()?;
         let state = self.lock.inspect(&mut fresh).ok()?;
@@ -828,7 +833,7 @@ impl Acquirer<'_> {
         if !self.queued && !self.unsure && !self.unanswered && !self.holding {
             return None;
         }
-        let bound = Duration::from_millis(400);
+        let bound = GIVE_UP_STEP;
         // The cancel mark only while a request of the token may still arrive: otherwise
         // leaving the queue leaves nothing behind.
         let mark = self.unsure || self.unanswered;

@@ -13,9 +13,9 @@ use super::{Context, lock_name};
 use crate::cli::KeepAliveArgs;
 use crate::clock::BootInstant;
 use crate::exit::{Done, Failure, fail};
-use crate::keep::{self, Ended, Keep};
+use crate::lease::Plan;
+use crate::lease::keep::{self, Ended, Keep};
 use crate::lock::Token;
-use crate::schedule::Plan;
 use crate::signals::Signals;
 
 pub(super) fn run(context: &Context, args: &KeepAliveArgs) -> anyhow::Result<Done> {

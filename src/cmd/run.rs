@@ -9,11 +9,11 @@ use crate::cli::RunArgs;
 use crate::conn::url_has_password;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::schedule::{MIN_TTL, Plan, Unfit};
+use crate::lease::{MIN_TTL, Plan, Unfit};
+use crate::log::printable;
 use crate::signals::Signals;
-use crate::supervisor::{self, Job};
+use crate::supervise::{self, Job};
 use crate::waiting::{Ask, Outcome};
-use crate::{child, log::printable};
 
 /// The lock's name and the command to run (`sh -c STRING` for -c). Without --key the name is
 /// the first word, as flock, consul lock and etcdctl lock take theirs: `redlock run NAME --
@@ -149,10 +149,10 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         plan,
         max_runtime: args.max_runtime,
         min_hold: args.min_hold.unwrap_or_default(),
-        foreground: child::owns_terminal(),
+        foreground: supervise::owns_terminal(),
         replicas: args.lock.replicas,
     };
-    supervisor::supervise(&signals, &context.store, &lock, held, &job, context.log)
+    supervise::supervise(&signals, &context.store, &lock, held, &job, context.log)
 }
 
 /// The timing plan for the flags given, or the usage error naming them.

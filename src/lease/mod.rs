@@ -1,15 +1,22 @@
-//! The timing of a supervised lease: when to renew, how long each renewal may take, and when
-//! to stop the command if renewals go unconfirmed, so that it is dead before the lease can
-//! lapse in Redis.
+//! Keeping a lease: its timing (this file), the renewals ([`renewer`]), and the keeper of
+//! `acquire --keep-alive` ([`keep`]). `run`'s supervisor renews through the same [`Renewer`].
+//!
+//! The timing of a lease: when to renew, how long each renewal may take, and when to stop the
+//! command if renewals go unconfirmed, so that it is dead before the lease can lapse in Redis.
 //!
 //! Deadlines are local, on `CLOCK_BOOTTIME`, and start from the moment a request was *sent*: a
 //! renewal confirmed at `sent` guarantees the lease until `sent + ttl` on the server, of which
-//! only `sent + ttl - drift` is counted (drift = 1% of ttl + 2 ms, for the two clocks' rates).
-//! A request that times out, fails, or is answered late confirms nothing.
+//! only `sent + ttl - drift` is counted ([`drift`], for the two clocks' rates). A request that
+//! times out, fails, or is answered late confirms nothing.
 //!
 //! A waiter handed the lock starts on its short grant (see `lua/README.md`) instead of spending
 //! a round trip on turning it into a full lease: the grant gets a schedule of its own, scaled to
 //! its length, and the first renewal (a third of the way in) extends it to the full `ttl`.
+
+pub(crate) mod keep;
+mod renewer;
+
+pub(crate) use renewer::{Lease, Renewed, Renewer, Verdict};
 
 use std::time::Duration;
 
@@ -17,6 +24,18 @@ use crate::clock::BootInstant;
 
 /// Shortest lease a supervised command accepts.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// The longest a release (or a give-up) may take once redlock is on its way out after a
+/// signal, a lost lock or a failed start: Redis was probably unreachable a moment ago, and a
+/// signal must end redlock within a second whatever state Redis is in. A release that cannot
+/// be made in time leaves the lock to its lease.
+pub(crate) const HASTY_RELEASE: Duration = Duration::from_millis(500);
+
+/// The clock drift allowed for over a lease of `ttl`: 1 % of it plus 2 ms (the server's clock
+/// may run at a slightly different rate than ours; in quorum mode, each master's).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
 
 /// The timing of one supervised lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +79,7 @@ impl Plan {
         if ttl < MIN_TTL {
             return Err(Unfit::LeaseTooShort);
         }
-        let drift = ttl / 100 + Duration::from_millis(2);
+        let drift = drift(ttl);
         let margin = (ttl / 20).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let renew_every = renew_every.unwrap_or(ttl / 3);
         let request_timeout = command_timeout.min(renew_every / 2);
