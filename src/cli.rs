@@ -326,8 +326,8 @@ pub struct LockArgs {
     /// Waiters are woken by the release itself (no polling) and take the lock in arrival order.
     /// When the wait runs out: exit 75 (or -E), with nothing left behind in Redis. A bare number
     /// is seconds, as flock's -w takes it.
-    #[arg(short = 'w', long, value_name = "DURATION", default_value = "0", value_parser = crate::waiting::Wait::parse, allow_hyphen_values = true)]
-    pub wait: crate::waiting::Wait,
+    #[arg(short = 'w', long, value_name = "DURATION", default_value = "0", value_parser = crate::acquire::Wait::parse, allow_hyphen_values = true)]
+    pub wait: crate::acquire::Wait,
 
     /// Do not wait for a busy lock (the default; flock's -n)
     #[arg(short = 'n', long, conflicts_with = "wait")]

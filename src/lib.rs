@@ -20,7 +20,8 @@
 //!   `keys` names the Redis keys of a lock under one hash tag.
 //! - `doctor`: what a server's configuration does to the safety of locks.
 //! - `conn`: reaching Redis: URL, password, timeouts, errors classified by outcome.
-//! - `waiting`: taking a lock, re-entering it, or waiting in its FIFO queue (a state machine).
+//! - `acquire`: taking a lock, re-entering it, or waiting: in its FIFO queue on one Redis (a
+//!   state machine), in rounds over a quorum; the status line of a wait.
 //! - `lease`: keeping a lease: its deadlines (`Plan`, `Window`), the renewals (`Renewer`),
 //!   and the keeper of `acquire --keep-alive`, which renews in the background.
 //! - `supervise`: running the command under the lock (a state machine): a `Renewer` for the
@@ -30,6 +31,7 @@
 //!   which make every Redis request; `signals` says which signals are handled and what the
 //!   command inherits; `clock` keeps deadlines on a suspend-aware monotonic clock.
 
+mod acquire;
 pub mod cli;
 mod clock;
 mod cmd;
@@ -45,12 +47,10 @@ mod lease;
 pub mod lock;
 pub mod log;
 mod quorum;
-mod quorum_waiting;
 mod scripts;
 mod signals;
 mod store;
 mod supervise;
-mod waiting;
 
 use std::ffi::OsString;
 

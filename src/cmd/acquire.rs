@@ -5,13 +5,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Context, ask, busy, keep_alive, lock_name, named, print_json, print_line};
+use crate::acquire::Outcome;
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Lock};
 use crate::log::printable;
 use crate::signals::Signals;
-use crate::waiting::Outcome;
 
 /// The command recorded for a lock taken by `acquire`; the pid recorded is its caller's.
 pub(super) const ACQUIRED_BY_CALLER: &str = "acquire (pid: its caller)";

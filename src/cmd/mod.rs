@@ -23,6 +23,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
 
+use crate::acquire::{Ask, Outcome, Wait};
 use crate::cli::{Cli, Command, Global, LockArgs, TlsArgs};
 use crate::conn::{Access, Session, Target, TlsOptions};
 use crate::duration;
@@ -35,7 +36,6 @@ use crate::quorum::Quorum;
 use crate::signals::Inherited;
 use crate::signals::Signals;
 use crate::store::Store;
-use crate::waiting::{self, Ask, Outcome, Wait};
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -191,12 +191,7 @@ impl Context {
 
     /// Takes the lock as `ask` says (`run`, `acquire`).
     fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
-        let taken = match &self.store {
-            Store::One(target) => waiting::acquire(signals, target, lock, ask, self.log),
-            Store::Quorum(quorum) => {
-                crate::quorum_waiting::acquire(signals, quorum, lock, ask, self.log)
-            }
-        };
+        let taken = crate::acquire::take(signals, &self.store, lock, ask, self.log);
         // The scripts refuse a mode or limit that differs from the holders' ("the lock is a
         // semaphore of 2, not ...") knowing only keys: the line names the lock.
         taken.map_err(|err| {

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use super::{Context, ask, busy, lock_name};
+use crate::acquire::{Ask, Outcome};
 use crate::cli::RunArgs;
 use crate::conn::url_has_password;
 use crate::duration;
@@ -13,7 +14,6 @@ use crate::lease::{MIN_TTL, Plan, Unfit};
 use crate::log::printable;
 use crate::signals::Signals;
 use crate::supervise::{self, Job};
-use crate::waiting::{Ask, Outcome};
 
 /// The lock's name and the command to run (`sh -c STRING` for -c). Without --key the name is
 /// the first word, as flock, consul lock and etcdctl lock take theirs: `redlock run NAME --

@@ -28,6 +28,7 @@ mod stopper;
 use child::Child;
 pub(crate) use child::owns_terminal;
 
+use crate::acquire::Held;
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::Session;
 use crate::duration;
@@ -38,7 +39,6 @@ use crate::lock::{Ending, Lock, Release, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
 use crate::store::Store;
-use crate::waiting::Held;
 use stopper::{Ended, SURVIVAL_LIMIT, Stopper};
 
 /// What to run under the lock.

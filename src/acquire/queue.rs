@@ -21,7 +21,6 @@
 //! queue (giving back a lock handed over in the meantime) at once, whatever Redis is doing.
 //! While waiting, a failed request is retried, with a growing pause, until the wait runs out.
 
-use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use crate::clock::{BootInstant, MAX_NAP};
@@ -31,69 +30,14 @@ use crate::exit::{Failure, fail, failure_of, no_reply};
 use crate::inbox::{Inbox, Incoming, Worker};
 use crate::lease::Confirmed;
 use crate::lock::{
-    Acquisition, GRANT, Holder, Identity, Lease, Lock, Mode, QUEUE_ENTRY_TTL, Queueing, Refreshed,
-    Replicas, Request, Token, Waiter, Wake,
+    Acquisition, GRANT, Holder, Lease, Lock, QUEUE_ENTRY_TTL, Queueing, Refreshed, Request, Waiter,
+    Wake,
 };
-use crate::log::{Log, printable, shown};
+use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
 
-/// How long to wait for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Fail at once (the default: a waiting cron host would run the job a second time).
-    No,
-    UpTo(Duration),
-    Forever,
-}
-
-impl Wait {
-    /// `0`, a duration, or `forever` / `inf`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text.trim() {
-            "0" | "0s" => Ok(Wait::No),
-            "forever" | "inf" | "infinity" => Ok(Wait::Forever),
-            other => duration::parse(other).map(Wait::UpTo),
-        }
-    }
-}
-
-/// What to acquire, and how long to wait for it.
-#[derive(Debug, Clone)]
-pub(crate) struct Ask {
-    pub(crate) ttl: Duration,
-    pub(crate) mode: Mode,
-    pub(crate) who: Identity,
-    pub(crate) wait: Wait,
-    /// The token of an enclosing invocation that holds this lock: re-enter it if it still does.
-    pub(crate) reenter: Option<Token>,
-    /// The caller renews the lease itself (`run`): a lock handed over is taken on its grant.
-    pub(crate) renews: bool,
-    /// Without a terminal, say where the wait stands this often (`None`: only when it starts).
-    pub(crate) progress_every: Option<Duration>,
-    /// Replicas that must acknowledge the acquisition.
-    pub(crate) replicas: Option<Replicas>,
-}
-
-/// How an acquisition ended.
-pub(crate) enum Outcome {
-    Acquired(Held),
-    /// Busy, and not waiting (or the wait ran out): who held it, at server time `now`.
-    Busy {
-        holder: Option<Holder>,
-        now: u64,
-    },
-    /// A terminating signal arrived while waiting; the queue was left.
-    Interrupted(i32),
-}
-
-/// A lock just acquired, with the connection and worker that took it (the release uses them).
-pub(crate) struct Held {
-    pub(crate) lease: Lease,
-    pub(crate) confirmed: Confirmed,
-    /// The connection that took it (none in quorum mode).
-    pub(crate) session: Option<Session>,
-    pub(crate) worker: Worker,
-}
+use super::status::{Place, Status};
+use super::{Ask, Held, Outcome, Wait, backoff};
 
 /// Takes the lock, re-entering it or waiting in its queue as `ask` says.
 pub(crate) fn acquire(
@@ -104,10 +48,7 @@ pub(crate) fn acquire(
     log: Log,
 ) -> anyhow::Result<Outcome> {
     let inbox = Inbox::new(signals)?;
-    let deadline = match ask.wait {
-        Wait::UpTo(limit) => Some(BootInstant::now() + limit),
-        Wait::No | Wait::Forever => None,
-    };
+    let deadline = ask.wait.deadline();
     let mut acquirer = Acquirer {
         worker: Worker::start("redis")?,
         target,
@@ -276,16 +217,6 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 /// lock for the message): a signal must end redlock within a second whatever state Redis is
 /// in.
 const GIVE_UP_STEP: Duration = Duration::from_millis(400);
-
-/// Pause before the next attempt after `failures` failed ones: 100 ms doubling to 2 s, less up
-/// to a quarter at random, so waiters that lost the same server do not come back in step.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    let full = Duration::from_millis(100)
-        .saturating_mul(1 << failures.min(5))
-        .min(Duration::from_secs(2));
-    let jitter = u32::try_from(uuid::Uuid::new_v4().as_u128() % 250).unwrap_or(0);
-    full - full * jitter / 1000
-}
 
 struct Acquirer<'a> {
     inbox: Inbox<'a, Reply>,
@@ -489,10 +420,7 @@ impl Acquirer<'_> {
             } => {
                 self.failures = None;
                 self.reading = Some(ServerReading { sent, now });
-                if let Some(place) = &mut self.status.place {
-                    place.position = position;
-                    place.length = length;
-                }
+                self.status.moved(position, length);
                 self.block(Some(session));
                 Ok(None)
             }
@@ -855,150 +783,5 @@ impl Acquirer<'_> {
                 "the request may still run when the server answers: a lock it takes then expires within {ttl}"
             )
         })
-    }
-}
-
-/// Where a waiter stands, as last reported by Redis.
-#[derive(Debug, Clone)]
-struct Place {
-    holder: Option<Holder>,
-    /// Server time of the report (Unix ms).
-    now: u64,
-    position: usize,
-    length: usize,
-    received: BootInstant,
-}
-
-/// Where the wait stands, on stderr: on a terminal one line redrawn in place (fitted to the
-/// terminal's width), otherwise (a CI log) a line when waiting starts and one every
-/// `progress_every`, with current figures. Silenced by `-q`.
-struct Status<'a> {
-    key: &'a str,
-    log: Log,
-    terminal: bool,
-    started: BootInstant,
-    deadline: Option<BootInstant>,
-    progress_every: Option<Duration>,
-    place: Option<Place>,
-    drawn_at: Option<BootInstant>,
-}
-
-impl<'a> Status<'a> {
-    fn new(
-        key: &'a str,
-        log: Log,
-        deadline: Option<BootInstant>,
-        progress_every: Option<Duration>,
-    ) -> Self {
-        Self {
-            key,
-            log,
-            terminal: !log.quiet && !crate::log::json() && std::io::stderr().is_terminal(),
-            started: BootInstant::now(),
-            deadline,
-            progress_every,
-            place: None,
-            drawn_at: None,
-        }
-    }
-
-    fn line(&self) -> String {
-        let key = printable(self.key);
-        let now = BootInstant::now();
-        let waited = match self.deadline {
-            Some(deadline) => format!(
-                "waited {}, {} left",
-                duration::display(now.since(self.started)),
-                duration::display(deadline.since(now))
-            ),
-            None => format!("waited {}", duration::display(now.since(self.started))),
-        };
-        let Some(place) = &self.place else {
-            return format!("waiting for lock '{key}'; {waited}");
-        };
-        let holder = match &place.holder {
-            Some(holder) => {
-                // As of now: the server's time of the report, plus the time since.
-                let held = Duration::from_millis(place.now.saturating_sub(holder.since))
-                    + now.since(place.received);
-                let note = match &holder.who.note {
-                    Some(note) => format!("; {}", shown(note)),
-                    None => String::new(),
-                };
-                format!(
-                    "held by {} pid {} ({}{note}) for {}",
-                    shown(&holder.who.host),
-                    holder.who.pid,
-                    shown(&holder.who.command),
-                    duration::display(held)
-                )
-            }
-            None => "being handed over".to_owned(),
-        };
-        format!(
-            "waiting for lock '{key}': {holder}; position {} of {}; {waited}",
-            place.position, place.length
-        )
-    }
-
-    fn update(&mut self, place: Place) {
-        let first = self.place.is_none();
-        self.place = Some(place);
-        if self.terminal || first {
-            self.draw();
-        }
-    }
-
-    /// When the terminal's line is next redrawn (every second), or the next progress line is
-    /// due; `None` when nothing is shown.
-    fn redraw_at(&self) -> Option<BootInstant> {
-        let every = if self.terminal {
-            Some(Duration::from_secs(1))
-        } else {
-            self.progress_every
-        };
-        Some(self.drawn_at? + every?)
-    }
-
-    fn redraw_if_due(&mut self) {
-        if self.redraw_at().is_some_and(|at| BootInstant::now() >= at) {
-            self.draw();
-        }
-    }
-
-    fn draw(&mut self) {
-        if self.terminal {
-            let line = self.line();
-            // One column short: a line as wide as the terminal wraps on some terminals.
-            let fitted = match crate::log::terminal_width() {
-                Some(width) if line.chars().count() + "redlock: ".len() >= width => {
-                    let keep = width.saturating_sub("redlock: ".len() + 2);
-                    format!("{}…", line.chars().take(keep).collect::<String>())
-                }
-                _ => line,
-            };
-            crate::log::redraw(&fitted);
-        } else {
-            self.log.notice(self.line());
-        }
-        self.drawn_at = Some(BootInstant::now());
-    }
-
-    fn clear(&mut self) {
-        if self.terminal && self.drawn_at.take().is_some() {
-            crate::log::redraw("");
-        }
-    }
-
-    fn acquired(&mut self) {
-        if self.place.is_none() {
-            return;
-        }
-        self.clear();
-        self.log.notice(format_args!(
-            "acquired lock '{}' after waiting {}",
-            printable(self.key),
-            duration::display(BootInstant::now().since(self.started))
-        ));
     }
 }

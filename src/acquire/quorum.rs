@@ -3,7 +3,7 @@
 //! lock is busy it blocks until a release is published on any master (a Pub/Sub listener per
 //! master) or until the holders' leases can have ended, whichever comes first, then tries
 //! again after a random pause that doubles while rounds keep failing, so that waiters that
-//! split the vote between them stop colliding. Like `waiting`, the main thread never blocks on
+//! split the vote between them stop colliding. Like the queue, the main thread never blocks on
 //! Redis: rounds run on a worker, and a signal ends the wait at once (the round in flight is
 //! given up on every master, within a bound).
 
@@ -16,11 +16,12 @@ use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Reporter, Worker};
 use crate::lease::{Confirmed, HASTY_RELEASE};
-use crate::lock::{Lock, Mode, Request, Token, Waiter};
+use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
 use crate::quorum::{Attempt, Quorum, transient};
 use crate::signals::{self, Signals};
-use crate::waiting::{Ask, Held, Outcome, Wait};
+
+use super::{Ask, Held, Outcome, Wait, backoff};
 
 /// What the main thread hears while waiting.
 enum Event {
@@ -64,128 +65,216 @@ pub(crate) fn acquire(
             "--limit: not in quorum mode (each master could admit a different set of holders)",
         ));
     }
-    let inbox: Inbox<'_, Event> = Inbox::new(signals)?;
-    let worker = Worker::start("quorum")?;
-    let deadline = match ask.wait {
-        Wait::UpTo(limit) => Some(BootInstant::now() + limit),
-        Wait::No | Wait::Forever => None,
+    let mut rounds = Rounds {
+        inbox: Inbox::new(signals)?,
+        worker: Worker::start("quorum")?,
+        quorum,
+        lock,
+        ask,
+        log,
+        deadline: ask.wait.deadline(),
+        reenter: ask.reenter.clone(),
+        listeners: None,
+        failed_rounds: 0,
+        busy_rounds: 0,
     };
-    let key = printable(lock.name.as_str());
-    let mut reenter = ask.reenter.clone();
-    let mut listeners: Option<Listeners> = None;
-    let mut failed_rounds = 0u32;
-    let mut busy_rounds = 0u32;
     loop {
-        let token = reenter.clone().unwrap_or_else(Token::generate);
-        {
-            let (quorum, lock, token, ask) =
-                (Arc::clone(quorum), lock.clone(), token.clone(), ask.clone());
-            let reentering = reenter.is_some();
-            worker.run(&inbox.reporter(), move || {
-                Event::Round(Box::new(quorum.try_acquire(
-                    &lock,
-                    &Request {
-                        token: &token,
-                        ttl: ask.ttl,
-                        mode: ask.mode,
-                        who: &ask.who,
-                        reenter: reentering,
-                        replicas: ask.replicas,
-                    },
-                )))
-            });
+        let token = rounds.reenter.clone().unwrap_or_else(Token::generate);
+        rounds.send(&token);
+        let (attempt, announced) = match rounds.answer(token)? {
+            Heard::Answer(attempt, announced) => (attempt, announced),
+            Heard::Signal(signal) => return Ok(Outcome::Interrupted(signal)),
+        };
+        let pause = match rounds.on_attempt(*attempt, announced)? {
+            Next::Took { lease, sent } => {
+                return Ok(Outcome::Acquired(Held {
+                    lease,
+                    confirmed: Confirmed::Sent(sent),
+                    session: None,
+                    worker: rounds.worker,
+                }));
+            }
+            Next::Done(outcome) => return Ok(outcome),
+            Next::Again => continue,
+            Next::After(pause) => pause,
+        };
+        if let Some(signal) = rounds.sleep(pause)? {
+            return Ok(Outcome::Interrupted(signal));
         }
+    }
+}
+
+/// The rounds of one quorum acquisition (a state machine on the main thread; the rounds run
+/// on a worker).
+struct Rounds<'a> {
+    inbox: Inbox<'a, Event>,
+    worker: Worker,
+    quorum: &'a Arc<Quorum>,
+    lock: &'a Lock,
+    ask: &'a Ask,
+    log: Log,
+    deadline: Option<BootInstant>,
+    /// The token of an enclosing invocation, while it may still hold the lock.
+    reenter: Option<Token>,
+    /// Started at the first busy round.
+    listeners: Option<Listeners>,
+    failed_rounds: u32,
+    busy_rounds: u32,
+}
+
+/// What the main thread heard while a round was out.
+enum Heard {
+    /// The round's answer, and whether a release was announced meanwhile.
+    Answer(Box<Attempt>, bool),
+    Signal(i32),
+}
+
+/// What follows a round.
+enum Next {
+    /// Taken by the round sent at `sent`.
+    Took {
+        lease: Lease,
+        sent: BootInstant,
+    },
+    Done(Outcome),
+    /// Another round at once.
+    Again,
+    /// Another round after this pause (or a release notice).
+    After(Duration),
+}
+
+impl Rounds<'_> {
+    /// Sends one acquisition round for `token` to the worker.
+    fn send(&self, token: &Token) {
+        let (quorum, lock, token, ask) = (
+            Arc::clone(self.quorum),
+            self.lock.clone(),
+            token.clone(),
+            self.ask.clone(),
+        );
+        let reentering = self.reenter.is_some();
+        self.worker.run(&self.inbox.reporter(), move || {
+            Event::Round(Box::new(quorum.try_acquire(
+                &lock,
+                &Request {
+                    token: &token,
+                    ttl: ask.ttl,
+                    mode: ask.mode,
+                    who: &ask.who,
+                    reenter: reentering,
+                    replicas: ask.replicas,
+                },
+            )))
+        });
+    }
+
+    /// Waits for the round's answer. On a terminating signal the round is given up on every
+    /// master (it may have taken the lock), unless it was a re-entry.
+    fn answer(&self, token: Token) -> anyhow::Result<Heard> {
         // A release announced while the round is out may be one the round did not see.
         let mut announced = false;
-        let attempt = loop {
-            match inbox.next(BootInstant::now() + MAX_NAP) {
+        loop {
+            match self.inbox.next(BootInstant::now() + MAX_NAP) {
                 Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                    if reenter.is_none() {
-                        give_up(quorum, lock, token);
+                    if self.reenter.is_none() {
+                        give_up(self.quorum, self.lock, token);
                     }
-                    return Ok(Outcome::Interrupted(signal));
+                    return Ok(Heard::Signal(signal));
                 }
-                Some(Incoming::Reply(Event::Round(attempt))) => break *attempt,
+                Some(Incoming::Reply(Event::Round(attempt))) => {
+                    return Ok(Heard::Answer(attempt, announced));
+                }
                 Some(Incoming::Panicked(panic)) => {
                     anyhow::bail!("an acquisition round panicked: {panic}")
                 }
                 Some(Incoming::Reply(Event::Released)) => announced = true,
                 Some(Incoming::Signal(_)) | None => {}
             }
-        };
-        let past_deadline = deadline.is_some_and(|deadline| BootInstant::now() >= deadline);
-        let pause = match attempt {
+        }
+    }
+
+    fn on_attempt(&mut self, attempt: Attempt, announced: bool) -> anyhow::Result<Next> {
+        let past_deadline = self
+            .deadline
+            .is_some_and(|deadline| BootInstant::now() >= deadline);
+        match attempt {
             Attempt::Acquired { lease, sent } => {
-                drop(listeners);
-                return Ok(Outcome::Acquired(Held {
-                    lease,
-                    confirmed: Confirmed::Sent(sent),
-                    session: None,
-                    worker,
-                }));
+                self.listeners = None;
+                Ok(Next::Took { lease, sent })
             }
             Attempt::NotHeldByToken => {
-                if reenter.take().is_some() {
-                    log.step(format_args!(
-                        "REDLOCK_TOKEN no longer holds lock '{key}'; acquiring it anew"
+                if self.reenter.take().is_some() {
+                    self.log.step(format_args!(
+                        "REDLOCK_TOKEN no longer holds lock '{}'; acquiring it anew",
+                        printable(self.lock.name.as_str())
                     ));
                 }
-                continue;
+                Ok(Next::Again)
             }
             Attempt::Unavailable(err) => {
-                if !transient(&err) || ask.wait == Wait::No || past_deadline {
+                if !transient(&err) || self.ask.wait == Wait::No || past_deadline {
                     return Err(err);
                 }
-                failed_rounds += 1;
-                log.warn(format_args!("{err:#}; trying again"));
-                crate::waiting::backoff(failed_rounds)
+                self.failed_rounds += 1;
+                self.log.warn(format_args!("{err:#}; trying again"));
+                Ok(Next::After(backoff(self.failed_rounds)))
             }
             Attempt::Busy { holder, now, hint } => {
-                failed_rounds = 0;
-                busy_rounds += 1;
-                if ask.wait == Wait::No || past_deadline {
-                    return Ok(Outcome::Busy { holder, now });
+                self.failed_rounds = 0;
+                self.busy_rounds += 1;
+                if self.ask.wait == Wait::No || past_deadline {
+                    return Ok(Next::Done(Outcome::Busy { holder, now }));
                 }
-                if busy_rounds == 1 {
-                    log.step(format_args!(
-                        "lock '{key}' is busy; waiting for a release on any of {} masters",
-                        quorum.len()
-                    ));
-                }
-                let cap = match &listeners {
-                    Some(listening) if listening.all_subscribed() => LOOK_AT_LEAST_EVERY,
-                    Some(_) => LOOK_EVERY_WITHOUT_NOTICES,
-                    None => {
-                        // A release between this round and the subscriptions would go
-                        // unheard: one more round once they are (about to be) in place.
-                        listeners = Some(Listeners::start(
-                            quorum,
-                            &lock.released_channel(),
-                            &inbox.reporter(),
-                        ));
-                        FIRST_LOOK_AFTER_LISTENING
-                    }
-                };
-                if announced {
-                    spread(busy_rounds)
-                } else {
-                    hint.min(cap) + spread(busy_rounds)
-                }
+                Ok(Next::After(self.pause_when_busy(hint, announced)))
+            }
+        }
+    }
+
+    /// The pause after a busy round: until the holders' leases can have ended, a release notice,
+    /// or the look every few seconds in case a notice was lost; a random spread on top.
+    fn pause_when_busy(&mut self, hint: Duration, announced: bool) -> Duration {
+        if self.busy_rounds == 1 {
+            self.log.step(format_args!(
+                "lock '{}' is busy; waiting for a release on any of {} masters",
+                printable(self.lock.name.as_str()),
+                self.quorum.len()
+            ));
+        }
+        let cap = match &self.listeners {
+            Some(listening) if listening.all_subscribed() => LOOK_AT_LEAST_EVERY,
+            Some(_) => LOOK_EVERY_WITHOUT_NOTICES,
+            None => {
+                // A release between this round and the subscriptions would go unheard: one
+                // more round once they are (about to be) in place.
+                self.listeners = Some(Listeners::start(
+                    self.quorum,
+                    &self.lock.released_channel(),
+                    &self.inbox.reporter(),
+                ));
+                FIRST_LOOK_AFTER_LISTENING
             }
         };
-        // Sleep until the pause ends, a release is published, a signal comes, or the wait is
-        // over; after a release, a short random pause first.
+        if announced {
+            spread(self.busy_rounds)
+        } else {
+            hint.min(cap) + spread(self.busy_rounds)
+        }
+    }
+
+    /// Sleeps until the pause ends, a release is published, a signal comes, or the wait is
+    /// over; after a release, a short random pause first. Returns a terminating signal.
+    fn sleep(&self, pause: Duration) -> anyhow::Result<Option<i32>> {
         let mut until = BootInstant::now() + pause;
-        if let Some(deadline) = deadline {
+        if let Some(deadline) = self.deadline {
             until = until.min(deadline);
         }
         loop {
-            match inbox.next(until) {
+            match self.inbox.next(until) {
                 Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                    return Ok(Outcome::Interrupted(signal));
+                    return Ok(Some(signal));
                 }
                 Some(Incoming::Reply(Event::Released)) => {
-                    until = until.min(BootInstant::now() + spread(busy_rounds));
+                    until = until.min(BootInstant::now() + spread(self.busy_rounds));
                 }
                 Some(Incoming::Panicked(panic)) => {
                     anyhow::bail!("a release listener panicked: {panic}")
@@ -193,7 +282,7 @@ pub(crate) fn acquire(
                 Some(Incoming::Reply(Event::Round(_)) | Incoming::Signal(_)) | None => {}
             }
             if BootInstant::now() >= until {
-                break;
+                return Ok(None);
             }
         }
     }
