@@ -1,0 +1,200 @@
+//! What the commands print: lines and JSON on stdout, tables fitted to the terminal, times,
+//! and one line naming a holder.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::Context;
+use crate::duration;
+use crate::exit::{Failure, fail};
+use crate::lock::{Holder, Unreadable};
+use crate::log::{cut_shown, printable, quoted, shown};
+
+/// Writes `text` and a newline to stdout, each of its lines printable (whatever field data from
+/// Redis came in, it cannot drive the terminal), reporting a closed pipe as an error (exit 74)
+/// instead of panicking.
+pub(super) fn print_line(text: impl Display) -> anyhow::Result<()> {
+    let text = text.to_string();
+    let lines: Vec<String> = text.split('\n').map(printable).collect();
+    write_stdout(&lines.join("\n"))
+}
+
+/// Writes JSON text and a newline to stdout, with bidirectional overrides escaped (serde_json
+/// escapes control characters, not those).
+pub(super) fn print_json(json: &str) -> anyhow::Result<()> {
+    write_stdout(&crate::log::json_text(json))
+}
+
+/// Writes `text` and a newline to stdout as it is.
+pub(super) fn write_stdout(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .map_err(|err| fail(Failure::Output, format!("writing to stdout: {err}")))
+}
+
+pub(super) fn elapsed(from_ms: u64, to_ms: u64) -> Duration {
+    Duration::from_millis(to_ms.saturating_sub(from_ms))
+}
+
+pub(super) fn rfc3339(unix_ms: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
+}
+
+/// The width tables are fitted to (0: not fitted), set by [`fit_tables_to_terminal`].
+pub(super) static FIT_WIDTH: AtomicUsize = AtomicUsize::new(0);
+
+/// Columns cut to fit a terminal, widest first; the others are short by nature.
+pub(super) const CUTTABLE: [&str; 2] = ["COMMAND", "NOTE"];
+
+/// The narrowest a cut column gets: enough to recognise a command.
+pub(super) const MIN_CUT_WIDTH: usize = 12;
+
+/// Tables printed from now on fit the terminal on stdout, unless `wide` (--wide) or stdout is
+/// not a terminal: a pipe or a file always gets every character.
+pub(super) fn fit_tables_to_terminal(wide: bool) {
+    if !wide && let Some(width) = terminal_width() {
+        FIT_WIDTH.store(width, Ordering::Relaxed);
+    }
+}
+
+/// The columns of the terminal on stdout; `None` for anything else.
+#[allow(unsafe_code)] // TIOCGWINSZ: std cannot ask a terminal its size.
+pub(super) fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ on an open descriptor (stdout, a terminal) writes one `winsize` into
+    // `size`, which outlives the call, and reads nothing else.
+    let asked = unsafe { nix::libc::ioctl(1, nix::libc::TIOCGWINSZ, &raw mut size) };
+    (asked == 0 && size.ws_col > 0).then(|| usize::from(size.ws_col))
+}
+
+/// Narrows the COMMAND and NOTE columns (the widest first, none below [`MIN_CUT_WIDTH`]) until
+/// the rows fit `width`, cutting their cells with an ellipsis. `rows[0]` is the header.
+pub(super) fn fit_columns(rows: &mut [Vec<String>], widths: &mut [usize], width: usize) {
+    let cuttable: Vec<usize> = rows.first().map_or_else(Vec::new, |header| {
+        header
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| CUTTABLE.contains(&name.as_str()))
+            .map(|(column, _)| column)
+            .collect()
+    });
+    let total =
+        |widths: &[usize]| widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+    // One column at a time, one character at a time: bounded by the columns' total width.
+    let mut steps = widths.iter().sum::<usize>();
+    while steps > 0 && total(widths) > width {
+        steps -= 1;
+        let Some(&widest) = cuttable
+            .iter()
+            .filter(|&&column| widths[column] > MIN_CUT_WIDTH)
+            .max_by_key(|&&column| widths[column])
+        else {
+            break;
+        };
+        widths[widest] -= 1;
+    }
+    for &column in &cuttable {
+        for row in rows.iter_mut().skip(1) {
+            if let Some(cell) = row.get_mut(column) {
+                *cell = cut_to(cell, widths[column]);
+            }
+        }
+    }
+}
+
+/// The width output is fitted to, when it is (see [`fit_tables_to_terminal`]).
+pub(super) fn fit_width() -> Option<usize> {
+    Some(FIT_WIDTH.load(Ordering::Relaxed)).filter(|width| *width > 0)
+}
+
+/// `text` in at most `width` characters (at least 1), its end replaced by an ellipsis if cut.
+pub(super) fn cut_to(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.max(1) - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// One line naming a holder, for busy notices and force-release audits.
+pub(super) fn describe(holder: &Holder, now: u64) -> String {
+    let note = match &holder.who.note {
+        Some(note) => format!(" note {}", quoted(&shown(note))),
+        None => String::new(),
+    };
+    format!(
+        "{} pid {} user {} command {}{note} fence {}, held for {}, expires in {}",
+        shown(&holder.who.host),
+        holder.who.pid,
+        shown(&holder.who.user),
+        quoted(&shown(&holder.who.command)),
+        holder.fence,
+        duration::display(elapsed(holder.since, now)),
+        duration::display(elapsed(now, holder.exp)),
+    )
+}
+
+/// Warns, once per record, of records left out because they cannot be read: the data is
+/// someone else's doing, never a reason to fail.
+pub(super) fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
+    for record in unreadable {
+        context.log.warn(format_args!(
+            "skipping {} in {} that redlock cannot read ({})",
+            record.what,
+            shown(&record.key),
+            shown(&record.why)
+        ));
+    }
+}
+
+/// Formats rows as left-aligned columns two spaces apart; a cell longer than
+/// [`crate::log::MAX_SHOWN`] characters is cut.
+pub(super) fn table(rows: &[Vec<String>]) -> String {
+    let mut rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| cut_shown(cell)).collect())
+        .collect();
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|row| row.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let fit = FIT_WIDTH.load(Ordering::Relaxed);
+    if fit > 0 {
+        fit_columns(&mut rows, &mut widths, fit);
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if c + 1 < row.len() {
+                // Padded by hand: a formatting width past 65,535 panics.
+                let pad = widths[c] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
