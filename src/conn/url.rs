@@ -66,38 +66,13 @@ impl RedisUrl {
         let (scheme, rest) = text
             .split_once("://")
             .ok_or_else(|| format!("no scheme; expected {FORMS}"))?;
-        let mut userinfo = None;
-        let mut rest = rest;
-        if matches!(scheme, "unix" | "redis+unix") {
-            // A userinfo before the path, as redis-py writes it: `unix://[user]:password@/path`.
-            // Anything else with an '@' is refused without a word about it: it may be a
-            // password with an unencoded '/', '?' or '#'.
-            if rest.contains('@') {
-                match rest.rsplit_once("@/") {
-                    Some((info, _)) if !info.contains(['/', '?', '#']) => {
-                        userinfo = Some(info);
-                        rest = &rest[info.len() + 1..];
-                    }
-                    _ => {
-                        return Err(
-                            "an '@' in a socket URL that is not a userinfo before the path; write unix://user:password@/path, with '/', '?', '#' and '@' in them percent-encoded"
-                                .into(),
-                        );
-                    }
-                }
-            }
+        let socket = matches!(scheme, "unix" | "redis+unix");
+        let (userinfo, rest) = if socket {
+            socket_userinfo(rest)?
         } else {
-            // The host part ends at the first '/', '?' or '#'. An '@' after it means a user
-            // name or password that holds one of those unencoded: whatever is said about the
-            // rest would quote part of the password, so say only that.
-            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            if rest[authority_end..].contains('@') {
-                return Err(
-                    "an '@' after the host; in a user name or password write '/', '?', '#' and '@' percent-encoded (%2F, %3F, %23, %40)"
-                        .into(),
-                );
-            }
-        }
+            check_authority(rest)?;
+            (None, rest)
+        };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let rest = rest.split_once('#').map_or(rest, |(rest, _)| rest);
         let mut url = Self {
@@ -108,14 +83,41 @@ impl RedisUrl {
             db: 0,
             sentinel_user: None,
         };
+        url.apply_query(query)?;
+        if socket {
+            if let Some(info) = userinfo {
+                url.set_userinfo(info)?;
+            }
+            let path = decode(rest)?;
+            if path.is_empty() {
+                return Err("no socket path; expected unix:///path/to/socket".into());
+            }
+            url.servers = Servers::Single(Address::Unix(PathBuf::from(path)));
+            return Ok(url);
+        }
+        match scheme {
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => url.parse_network(scheme, rest)?,
+            other => {
+                return Err(format!(
+                    "unknown scheme '{}'; expected {FORMS}",
+                    other.escape_debug()
+                ));
+            }
+        }
+        Ok(url)
+    }
+
+    /// `db`, `user`, `password` and `sentinel_user` from the query.
+    fn apply_query(&mut self, query: &str) -> Result<(), String> {
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = decode(value)?;
             match name {
-                "db" => url.db = parse_db(&value)?,
-                "user" | "username" => url.user = Some(value),
-                "password" | "pass" => url.password = Some(value),
-                "sentinel_user" => url.sentinel_user = Some(value),
+                "db" => self.db = parse_db(&value)?,
+                "user" | "username" => self.user = Some(value),
+                "password" | "pass" => self.password = Some(value),
+                "sentinel_user" => self.sentinel_user = Some(value),
                 // Not named: after a password with an unencoded '&', the "name" is the rest of it.
                 _ => {
                     return Err(
@@ -125,44 +127,29 @@ impl RedisUrl {
                 }
             }
         }
-        match scheme {
-            "unix" | "redis+unix" => {
-                if let Some(info) = userinfo {
-                    match info.split_once(':') {
-                        Some((user, password)) => {
-                            url.user = Some(decode(user)?).filter(|user| !user.is_empty());
-                            url.password = Some(decode(password)?);
-                        }
-                        None => url.user = Some(decode(info)?).filter(|user| !user.is_empty()),
-                    }
-                }
-                let path = decode(rest)?;
-                if path.is_empty() {
-                    return Err("no socket path; expected unix:///path/to/socket".into());
-                }
-                url.servers = Servers::Single(Address::Unix(PathBuf::from(path)));
-                return Ok(url);
+        Ok(())
+    }
+
+    /// `user[:password]`, percent-decoded; an empty user is none.
+    fn set_userinfo(&mut self, info: &str) -> Result<(), String> {
+        match info.split_once(':') {
+            Some((user, password)) => {
+                self.user = Some(decode(user)?).filter(|user| !user.is_empty());
+                self.password = Some(decode(password)?);
             }
-            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-            | "rediss+cluster" => {}
-            other => {
-                return Err(format!(
-                    "unknown scheme '{}'; expected {FORMS}",
-                    other.escape_debug()
-                ));
-            }
+            None => self.user = Some(decode(info)?).filter(|user| !user.is_empty()),
         }
-        url.tls = scheme.starts_with("rediss");
+        Ok(())
+    }
+
+    /// The servers, userinfo and database of a `redis://`, `+sentinel` or `+cluster` URL
+    /// (`rest`: what follows `://`, query and fragment removed).
+    fn parse_network(&mut self, scheme: &str, rest: &str) -> Result<(), String> {
+        self.tls = scheme.starts_with("rediss");
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let hosts = match authority.rsplit_once('@') {
             Some((userinfo, hosts)) => {
-                match userinfo.split_once(':') {
-                    Some((user, password)) => {
-                        url.user = Some(decode(user)?).filter(|user| !user.is_empty());
-                        url.password = Some(decode(password)?);
-                    }
-                    None => url.user = Some(decode(userinfo)?).filter(|user| !user.is_empty()),
-                }
+                self.set_userinfo(userinfo)?;
                 hosts
             }
             None => authority,
@@ -174,7 +161,7 @@ impl RedisUrl {
             .map(|host| parse_host(host, default_port))
             .collect::<Result<Vec<_>, _>>()?;
         let mut segments = path.split('/').filter(|segment| !segment.is_empty());
-        url.servers = if sentinel {
+        self.servers = if sentinel {
             let service =
                 segments.next().map(decode).transpose()?.ok_or(
                     "no service name; expected redis+sentinel://host[:port][,...]/service",
@@ -193,19 +180,51 @@ impl RedisUrl {
             );
         };
         if let Some(db) = segments.next() {
-            url.db = parse_db(&decode(db)?)?;
+            self.db = parse_db(&decode(db)?)?;
         }
         if segments.next().is_some() {
             return Err("too many path segments".into());
         }
-        if url.db != 0 && matches!(url.servers, Servers::Cluster { .. }) {
+        if self.db != 0 && matches!(self.servers, Servers::Cluster { .. }) {
             return Err("a Redis Cluster has only database 0".into());
         }
-        if url.sentinel_user.is_some() && !sentinel {
+        if self.sentinel_user.is_some() && !sentinel {
             return Err("sentinel_user is for redis+sentinel:// URLs".into());
         }
-        Ok(url)
+        Ok(())
     }
+}
+
+/// A socket URL's userinfo, as redis-py writes it (`unix://[user]:password@/path`), and the
+/// rest. Anything else with an '@' is refused without a word about it: it may be a password
+/// with an unencoded '/', '?' or '#'.
+fn socket_userinfo(rest: &str) -> Result<(Option<&str>, &str), String> {
+    if !rest.contains('@') {
+        return Ok((None, rest));
+    }
+    match rest.rsplit_once("@/") {
+        Some((info, _)) if !info.contains(['/', '?', '#']) => {
+            Ok((Some(info), &rest[info.len() + 1..]))
+        }
+        _ => Err(
+            "an '@' in a socket URL that is not a userinfo before the path; write unix://user:password@/path, with '/', '?', '#' and '@' in them percent-encoded"
+                .into(),
+        ),
+    }
+}
+
+/// The host part ends at the first '/', '?' or '#'. An '@' after it means a user name or
+/// password that holds one of those unencoded: whatever is said about the rest would quote
+/// part of the password, so say only that.
+fn check_authority(rest: &str) -> Result<(), String> {
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[authority_end..].contains('@') {
+        return Err(
+            "an '@' after the host; in a user name or password write '/', '?', '#' and '@' percent-encoded (%2F, %3F, %23, %40)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 impl RedisUrl {
