@@ -725,8 +725,9 @@ pub struct CompletionsArgs {
 
 /// Print a manual page, or install them all
 ///
-/// `redlock man run | man -l -` reads one; `sudo redlock man --install /usr/local/share/man`
-/// puts every page where `man` finds it.
+/// `redlock man run | man -l -` reads one; `sudo "$(command -v redlock)" man --install
+/// /usr/local/share/man` puts every page where `man` finds it (sudo searches a PATH of its own,
+/// without ~/.cargo/bin).
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// The command whose page to print (default: the overview)
