@@ -34,24 +34,21 @@ fn commit(dir: &Path) -> Option<String> {
         return None;
     }
     let commit = git(dir, &["rev-parse", "--short=7", "HEAD"])?;
-    // Build again when HEAD moves: HEAD itself, and the branch it names (loose or packed).
-    let mut watched = vec![git(dir, &["rev-parse", "--git-path", "HEAD"])?];
+    // Build again when HEAD moves: HEAD itself, and the branch it names: its file, or while
+    // the branch is only in packed-refs, that file and the directory its own file will be
+    // written to. A missing path would make Cargo run this script on every build.
+    let mut watched = vec![dir.join(git(dir, &["rev-parse", "--git-path", "HEAD"])?)];
     if let Some(branch) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
-        watched.extend(git(dir, &["rev-parse", "--git-path", &branch]));
-        watched.extend(git(dir, &["rev-parse", "--git-path", "packed-refs"]));
-    }
-    for path in watched {
-        let path = dir.join(path);
-        // A missing file would make Cargo run this script on every build; a branch that is
-        // only packed gets its loose file in its directory when it moves.
-        let path = if path.exists() {
-            Some(path)
+        let loose = dir.join(git(dir, &["rev-parse", "--git-path", &branch])?);
+        if loose.exists() {
+            watched.push(loose);
         } else {
-            path.parent().map(Path::to_owned)
-        };
-        if let Some(path) = path.filter(|path| path.exists()) {
-            println!("cargo:rerun-if-changed={}", path.display());
+            watched.extend(loose.parent().map(Path::to_owned));
+            watched.push(dir.join(git(dir, &["rev-parse", "--git-path", "packed-refs"])?));
         }
+    }
+    for path in watched.into_iter().filter(|path| path.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     Some(commit)
 }

@@ -125,36 +125,71 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
     let no_git = dir.path().join("empty-path");
     std::fs::create_dir_all(&no_git).unwrap();
     let path = std::env::var("PATH").unwrap();
+    // What it tells Cargo, and the paths it asks Cargo to watch, which all exist (a missing
+    // one would mean a rebuild every time).
+    let run = |manifest_dir: &Path, path: &str| {
+        let out = check(
+            Command::new(&script)
+                .env_clear()
+                .env("PATH", path)
+                .env("CARGO_MANIFEST_DIR", manifest_dir)
+                .env("TARGET", "x86_64-unknown-linux-musl"),
+        );
+        assert!(out.contains("cargo:rustc-env=REDLOCK_TARGET=x86_64-unknown-linux-musl\n"));
+        let watched: Vec<PathBuf> = out
+            .lines()
+            .filter_map(|line| line.strip_prefix("cargo:rerun-if-changed="))
+            .filter(|watched| *watched != "build.rs")
+            .map(PathBuf::from)
+            .collect();
+        for path in &watched {
+            assert!(path.exists(), "{}: {out}", path.display());
+        }
+        (out, watched)
+    };
     for (manifest_dir, path, commit) in [
         (checkout.clone(), path.as_str(), head.as_str()),
         (checkout.join("unpacked"), &path, "unknown commit"),
         (checkout.clone(), no_git.to_str().unwrap(), "unknown commit"),
     ] {
-        let out = check(
-            Command::new(&script)
-                .env_clear()
-                .env("PATH", path)
-                .env("CARGO_MANIFEST_DIR", &manifest_dir)
-                .env("TARGET", "x86_64-unknown-linux-musl"),
-        );
+        let (out, watched) = run(&manifest_dir, path);
         assert!(
             out.contains(&format!("cargo:rustc-env=REDLOCK_COMMIT={commit}\n")),
             "{}: {out}",
             manifest_dir.display()
         );
-        assert!(out.contains("cargo:rustc-env=REDLOCK_TARGET=x86_64-unknown-linux-musl\n"));
-        // Every file it asks Cargo to watch exists: a missing one means a rebuild every time.
-        for watched in out
-            .lines()
-            .filter_map(|line| line.strip_prefix("cargo:rerun-if-changed="))
-            .filter(|watched| *watched != "build.rs")
-        {
-            assert!(Path::new(watched).exists(), "{watched}: {out}");
-        }
         if commit != "unknown commit" {
-            assert!(out.contains("/HEAD\n"), "HEAD is not watched: {out}");
+            let git_dir = checkout.join(".git");
+            assert_eq!(
+                watched,
+                [
+                    git_dir.join("HEAD"),
+                    git_dir.join(git(&checkout, &["symbolic-ref", "HEAD"]).unwrap())
+                ],
+                "{out}"
+            );
         }
     }
+    // A branch only in packed-refs: that file, and the directory where the branch's own file
+    // will appear; never the whole git directory, which changes with every git command.
+    check(
+        Command::new("git")
+            .arg("-C")
+            .arg(&checkout)
+            .args(["pack-refs", "--all"]),
+    );
+    let (out, watched) = run(&checkout, &path);
+    assert!(out.contains(&format!("REDLOCK_COMMIT={head}\n")), "{out}");
+    let git_dir = checkout.join(".git");
+    assert_eq!(
+        watched,
+        [
+            git_dir.join("HEAD"),
+            git_dir.join("refs/heads"),
+            git_dir.join("packed-refs")
+        ],
+        "{out}"
+    );
 }
 
 /// The release tarball: SHA256SUMS verifies it; it unpacks into one directory named for the
