@@ -112,6 +112,19 @@ fn two_columns(rows: &[(&str, &str)]) -> String {
     text
 }
 
+/// What `redlock --version` prints after the name: the version, the commit it was built from
+/// and the target, e.g. `0.1.0 (abc1234 x86_64-unknown-linux-musl)` (build.rs finds the
+/// last two). The manual pages name the version alone, so that they do not change with
+/// every commit.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("REDLOCK_COMMIT"),
+    " ",
+    env!("REDLOCK_TARGET"),
+    ")"
+);
+
 /// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
 ///
 /// A lock is a key in Redis with a lease (TTL): whoever takes it gets a secret token, and only
@@ -712,8 +725,9 @@ pub struct CompletionsArgs {
 
 /// Print a manual page, or install them all
 ///
-/// `redlock man run | man -l -` reads one; `sudo redlock man --install /usr/local/share/man`
-/// puts every page where `man` finds it.
+/// `redlock man run | man -l -` reads one; `sudo "$(command -v redlock)" man --install
+/// /usr/local/share/man` puts every page where `man` finds it (sudo searches a PATH of its own,
+/// without ~/.cargo/bin).
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// The command whose page to print (default: the overview)

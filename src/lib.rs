@@ -134,7 +134,7 @@ fn run_parsed(
 
 /// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    let mut command = Cli::command();
+    let mut command = Cli::command().version(cli::VERSION);
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
     if long_help {

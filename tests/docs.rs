@@ -14,9 +14,11 @@ fn cli_definition_is_consistent() {
     Cli::command().debug_assert();
 }
 
-/// Regenerate with: `UPDATE_MAN=1 cargo test --test integration man_pages_are_fresh`
+/// Regenerate with: `UPDATE_MAN=1 cargo test --test integration man_pages_are_fresh` (the
+/// completion scripts in completions/ too).
 #[test]
 fn man_pages_are_fresh() {
+    crate::packaging::completions_are_fresh();
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
     let generated = man_pages();
     if std::env::var_os("UPDATE_MAN").is_some() {

@@ -12,6 +12,7 @@ mod faults;
 mod history;
 mod hostile_data;
 mod modes;
+mod packaging;
 mod process;
 mod quorum;
 mod recipes;

@@ -1,0 +1,54 @@
+//! Build script: tells `redlock --version` the git commit it was built from and the target it
+//! was built for (musl or glibc). Std only, and it never fails: outside a git checkout of this
+//! repository (a source tarball, a crate from a registry) the commit is "unknown commit".
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown target".to_owned());
+    let commit = commit(&manifest_dir).unwrap_or_else(|| "unknown commit".to_owned());
+    println!("cargo:rustc-env=REDLOCK_COMMIT={commit}");
+    println!("cargo:rustc-env=REDLOCK_TARGET={target}");
+    println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// `git` run in `dir`: its trimmed output, or None if it is missing or fails.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+}
+
+/// The abbreviated commit of `dir`'s checkout, if `dir` is the top of one: a source tarball
+/// unpacked inside another repository must not take that repository's commit.
+fn commit(dir: &Path) -> Option<String> {
+    let top = git(dir, &["rev-parse", "--show-toplevel"])?;
+    if Path::new(&top).canonicalize().ok()? != dir.canonicalize().ok()? {
+        return None;
+    }
+    let commit = git(dir, &["rev-parse", "--short=7", "HEAD"])?;
+    // Build again when HEAD moves: HEAD itself, and the branch it names: its file, or while
+    // the branch is only in packed-refs, that file and the directory its own file will be
+    // written to. A missing path would make Cargo run this script on every build.
+    let mut watched = vec![dir.join(git(dir, &["rev-parse", "--git-path", "HEAD"])?)];
+    if let Some(branch) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
+        let loose = dir.join(git(dir, &["rev-parse", "--git-path", &branch])?);
+        if loose.exists() {
+            watched.push(loose);
+        } else {
+            watched.extend(loose.parent().map(Path::to_owned));
+            watched.push(dir.join(git(dir, &["rev-parse", "--git-path", "packed-refs"])?));
+        }
+    }
+    for path in watched.into_iter().filter(|path| path.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+    Some(commit)
+}

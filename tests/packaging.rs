@@ -1,0 +1,807 @@
+//! Installing redlock like a system tool: `--version` names the commit and the target
+//! (build.rs), `dist/package` makes the Debian package and the release tarball, the package
+//! installs into a temporary root with dpkg and leaves nothing when removed, the tarball
+//! verifies and runs, and the README's install commands work for a user with sudo. The
+//! committed completion scripts are checked with man/ by `docs::man_pages_are_fresh`.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{REDLOCK, RedisServer, Redlock, TempDir};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The completion scripts in completions/, by shell.
+const COMPLETIONS: &[(&str, &str)] = &[
+    ("bash", "redlock.bash"),
+    ("zsh", "_redlock"),
+    ("fish", "redlock.fish"),
+];
+/// Where the Debian package puts each completion script, by file in completions/.
+const DEB_COMPLETIONS: &[(&str, &str)] = &[
+    (
+        "redlock.bash",
+        "usr/share/bash-completion/completions/redlock",
+    ),
+    ("_redlock", "usr/share/zsh/vendor-completions/_redlock"),
+    (
+        "redlock.fish",
+        "usr/share/fish/vendor_completions.d/redlock.fish",
+    ),
+];
+
+/// completions/ holds what `redlock completions SHELL` prints today; with UPDATE_MAN set it is
+/// rewritten first. `docs::man_pages_are_fresh` calls this, so that the one documented command
+/// regenerates man/ and completions/.
+pub(crate) fn completions_are_fresh() {
+    let dir = Path::new(ROOT).join("completions");
+    let stale = "completions/ is stale; regenerate it with: UPDATE_MAN=1 cargo test --test integration man_pages_are_fresh";
+    for (shell, file) in COMPLETIONS {
+        let out = Redlock::new(&["completions", shell]).run();
+        out.code(0);
+        if std::env::var_os("UPDATE_MAN").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(file), &out.stdout).unwrap();
+        }
+        let committed = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        assert!(committed == out.stdout, "completions/{file}: {stale}");
+    }
+    let on_disk = names(&dir);
+    let expected: BTreeSet<String> = COMPLETIONS
+        .iter()
+        .map(|(_, file)| (*file).to_owned())
+        .collect();
+    assert_eq!(on_disk, expected, "{stale}");
+}
+
+/// `redlock --version` and `-V`: `redlock VERSION (COMMIT TARGET)`, the commit being the
+/// checkout's HEAD when built from this repository's checkout.
+#[test]
+fn version_names_the_commit_and_the_target() {
+    let line = version_line(Path::new(REDLOCK));
+    let out = Redlock::new(&["-V"]).run();
+    out.code(0);
+    assert_eq!(out.stdout.trim(), line, "-V and --version differ");
+    let inner = line
+        .strip_prefix(&format!("redlock {VERSION} ("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not 'redlock {VERSION} (COMMIT TARGET)': {line:?}"));
+    let (commit, target) = inner.rsplit_once(' ').unwrap();
+    let env = if cfg!(target_env = "musl") {
+        "-linux-musl"
+    } else {
+        "-linux-gnu"
+    };
+    assert!(
+        target.starts_with(std::env::consts::ARCH) && target.ends_with(env),
+        "the target {target:?} is not this build's ({} ... {env})",
+        std::env::consts::ARCH
+    );
+    let root = Path::new(ROOT);
+    let top = git(root, &["rev-parse", "--show-toplevel"]);
+    let expected = match top {
+        Some(top) if Path::new(&top).canonicalize().ok() == root.canonicalize().ok() => {
+            git(root, &["rev-parse", "--short=7", "HEAD"]).unwrap()
+        }
+        _ => "unknown commit".to_owned(),
+    };
+    assert_eq!(commit, expected, "{line}");
+}
+
+/// build.rs, compiled alone and run as Cargo runs it: the commit of a checkout whose top is
+/// the package; "unknown commit" for a package inside another checkout (a source tarball
+/// unpacked in some repository) and where git is missing; never a failure.
+#[test]
+fn build_script_names_the_commit_or_says_it_is_unknown() {
+    let dir = TempDir::new("build-script");
+    let script = dir.path().join("build-script");
+    check(
+        Command::new("rustc")
+            .args(["--edition", "2024", "--crate-name", "build_script", "-o"])
+            .arg(&script)
+            .arg(Path::new(ROOT).join("build.rs")),
+    );
+    let checkout = dir.path().join("checkout");
+    std::fs::create_dir_all(checkout.join("unpacked")).unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &[
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "a commit",
+        ],
+    ] {
+        check(Command::new("git").arg("-C").arg(&checkout).args(args));
+    }
+    let head = git(&checkout, &["rev-parse", "--short=7", "HEAD"]).unwrap();
+    let no_git = dir.path().join("empty-path");
+    std::fs::create_dir_all(&no_git).unwrap();
+    let path = std::env::var("PATH").unwrap();
+    // What it tells Cargo, and the paths it asks Cargo to watch, which all exist (a missing
+    // one would mean a rebuild every time).
+    let run = |manifest_dir: &Path, path: &str| {
+        let out = check(
+            Command::new(&script)
+                .env_clear()
+                .env("PATH", path)
+                .env("CARGO_MANIFEST_DIR", manifest_dir)
+                .env("TARGET", "x86_64-unknown-linux-musl"),
+        );
+        assert!(out.contains("cargo:rustc-env=REDLOCK_TARGET=x86_64-unknown-linux-musl\n"));
+        let watched: Vec<PathBuf> = out
+            .lines()
+            .filter_map(|line| line.strip_prefix("cargo:rerun-if-changed="))
+            .filter(|watched| *watched != "build.rs")
+            .map(PathBuf::from)
+            .collect();
+        for path in &watched {
+            assert!(path.exists(), "{}: {out}", path.display());
+        }
+        (out, watched)
+    };
+    for (manifest_dir, path, commit) in [
+        (checkout.clone(), path.as_str(), head.as_str()),
+        (checkout.join("unpacked"), &path, "unknown commit"),
+        (checkout.clone(), no_git.to_str().unwrap(), "unknown commit"),
+    ] {
+        let (out, watched) = run(&manifest_dir, path);
+        assert!(
+            out.contains(&format!("cargo:rustc-env=REDLOCK_COMMIT={commit}\n")),
+            "{}: {out}",
+            manifest_dir.display()
+        );
+        if commit != "unknown commit" {
+            let git_dir = checkout.join(".git");
+            assert_eq!(
+                watched,
+                [
+                    git_dir.join("HEAD"),
+                    git_dir.join(git(&checkout, &["symbolic-ref", "HEAD"]).unwrap())
+                ],
+                "{out}"
+            );
+        }
+    }
+    // A branch only in packed-refs: that file, and the directory where the branch's own file
+    // will appear; never the whole git directory, which changes with every git command.
+    check(
+        Command::new("git")
+            .arg("-C")
+            .arg(&checkout)
+            .args(["pack-refs", "--all"]),
+    );
+    let (out, watched) = run(&checkout, &path);
+    assert!(out.contains(&format!("REDLOCK_COMMIT={head}\n")), "{out}");
+    let git_dir = checkout.join(".git");
+    assert_eq!(
+        watched,
+        [
+            git_dir.join("HEAD"),
+            git_dir.join("refs/heads"),
+            git_dir.join("packed-refs")
+        ],
+        "{out}"
+    );
+}
+
+/// The release tarball: SHA256SUMS verifies it; it unpacks into one directory named for the
+/// version and the target, holding the binary, the committed man pages and completion
+/// scripts, the README and the licences; the binary runs from there.
+#[test]
+fn release_tarball_verifies_unpacks_and_runs() {
+    let dir = TempDir::new("tarball");
+    let out = package(dir.path(), &["tarball"]);
+    let line = version_line(Path::new(REDLOCK));
+    let target = line.rsplit_once(' ').unwrap().1.trim_end_matches(')');
+    let name = format!("redlock-{VERSION}-{target}");
+    assert_eq!(
+        names(&out),
+        BTreeSet::from(["SHA256SUMS".to_owned(), format!("{name}.tar.gz")])
+    );
+    let verified = check(
+        Command::new("sha256sum")
+            .args(["--check", "SHA256SUMS"])
+            .current_dir(&out),
+    );
+    assert_eq!(verified.trim(), format!("{name}.tar.gz: OK"));
+    let unpacked = dir.path().join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    check(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(out.join(format!("{name}.tar.gz")))
+            .arg("-C")
+            .arg(&unpacked),
+    );
+    assert_eq!(names(&unpacked), BTreeSet::from([name.clone()]));
+    let tree = unpacked.join(&name);
+    assert_eq!(
+        names(&tree),
+        [
+            "LICENSE-APACHE",
+            "LICENSE-MIT",
+            "README.md",
+            "completions",
+            "man",
+            "redlock"
+        ]
+        .map(str::to_owned)
+        .into()
+    );
+    let root = Path::new(ROOT);
+    for (unpacked, committed) in [
+        (tree.join("man"), root.join("man")),
+        (tree.join("completions"), root.join("completions")),
+    ] {
+        same_files(&unpacked, &committed);
+    }
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
+    }
+    assert_eq!(mode(&tree.join("redlock")), 0o755);
+    assert_eq!(version_line(&tree.join("redlock")), line);
+}
+
+/// The Debian package, installed with `dpkg --root` into a temporary root (the machine's own
+/// package database is never touched): its control fields, every file where Debian wants it,
+/// `man redlock` reading the gzipped pages, the completion scripts loading, and after
+/// `dpkg -r` nothing left but the temporary root's own dpkg database.
+#[test]
+fn deb_installs_into_a_temporary_root_and_removes_every_file() {
+    if let Some(why) = cannot_run_as_root(&["dpkg", "dpkg-deb", "man"]) {
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("deb");
+    let out = package(dir.path(), &["deb"]);
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no Debian architecture for {other}"),
+    };
+    let deb = out.join(format!("redlock_{VERSION}-1_{arch}.deb"));
+    assert_eq!(
+        names(&out),
+        BTreeSet::from([
+            "SHA256SUMS".to_owned(),
+            deb.file_name().unwrap().to_string_lossy().into_owned()
+        ])
+    );
+    check(
+        Command::new("sha256sum")
+            .args(["--check", "SHA256SUMS"])
+            .current_dir(&out),
+    );
+    let field = |name: &str| check(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name));
+    assert_eq!(field("Package").trim(), "redlock");
+    assert_eq!(field("Version").trim(), format!("{VERSION}-1"));
+    assert_eq!(field("Architecture").trim(), arch);
+    // The static binary needs no library.
+    assert_eq!(field("Depends").trim(), "");
+
+    // Every file the package holds, with its mode and owner.
+    let contents = check(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    let mut files = BTreeSet::new();
+    for line in contents.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields[1], "root/root", "{line}");
+        if !fields[0].starts_with('d') {
+            files.insert((fields[5].trim_start_matches("./").to_owned(), fields[0]));
+        }
+    }
+    let root = Path::new(ROOT);
+    let mut expected = BTreeSet::from([("usr/bin/redlock".to_owned(), "-rwxr-xr-x")]);
+    for page in names(&root.join("man")) {
+        expected.insert((format!("usr/share/man/man1/{page}.gz"), "-rw-r--r--"));
+    }
+    for (_, installed) in DEB_COMPLETIONS {
+        expected.insert(((*installed).to_owned(), "-rw-r--r--"));
+    }
+    for doc in ["copyright", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        expected.insert((format!("usr/share/doc/redlock/{doc}"), "-rw-r--r--"));
+    }
+    for doc in names(&root.join("docs")) {
+        expected.insert((format!("usr/share/doc/redlock/docs/{doc}"), "-rw-r--r--"));
+    }
+    assert_eq!(files, expected);
+
+    // Installed into a root of its own, with its own empty package database.
+    let system = dir.path().join("root");
+    let admin = system.join("var/lib/dpkg");
+    for sub in ["info", "updates"] {
+        std::fs::create_dir_all(admin.join(sub)).unwrap();
+    }
+    std::fs::write(admin.join("status"), "").unwrap();
+    let dpkg = |args: &[&str]| {
+        check(
+            Command::new("timeout")
+                .args(["60", "dpkg"])
+                .arg(format!("--root={}", system.display()))
+                .args(args),
+        )
+    };
+    dpkg(&["-i", deb.to_str().unwrap()]);
+    assert!(dpkg(&["-s", "redlock"]).contains("Status: install ok installed"));
+    let usr = system.join("usr");
+    assert_eq!(
+        version_line(&usr.join("bin/redlock")),
+        version_line(Path::new(REDLOCK))
+    );
+    for (file, installed) in DEB_COMPLETIONS {
+        assert_eq!(
+            read(&system.join(installed)),
+            read(&root.join("completions").join(file))
+        );
+    }
+
+    // man finds and formats every page, gzipped as Debian keeps them.
+    let manpath = usr.join("share/man");
+    for page in names(&root.join("man")) {
+        let name = page.trim_end_matches(".1");
+        let text = check(
+            Command::new("man")
+                .arg("-M")
+                .arg(&manpath)
+                .args(["-P", "cat", name])
+                .env("MANWIDTH", "80"),
+        );
+        assert!(text.contains("NAME"), "man {name}: {text}");
+        assert!(text.contains(&format!("{name}(1)")), "man {name}: {text}");
+    }
+    let overview = check(
+        Command::new("man")
+            .arg("-M")
+            .arg(&manpath)
+            .args(["-P", "cat", "redlock"]),
+    );
+    assert!(overview.contains("EXIT STATUS"), "{overview}");
+
+    let share = usr.join("share");
+    completions_load(
+        &usr.join("bin"),
+        &share,
+        Some(&share.join("zsh/vendor-completions")),
+        &dir.path().join("shell-home"),
+    );
+
+    dpkg(&["-r", "redlock"]);
+    let status = Command::new("dpkg")
+        .arg(format!("--root={}", system.display()))
+        .args(["-s", "redlock"])
+        .output()
+        .unwrap();
+    assert!(!status.status.success(), "still known after -r: {status:?}");
+    let left: Vec<String> = walk(&system)
+        .into_iter()
+        .filter(|path| {
+            !Path::new("var/lib/dpkg").starts_with(path) && !path.starts_with("var/lib/dpkg")
+        })
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(left.is_empty(), "dpkg -r left {left:?}");
+}
+
+/// README's install commands, exactly as written but for /usr/local (a directory of the test
+/// that only root may write) and the Redis URL, run by a throwaway user that has sudo, in its
+/// login shell: the lead ("From nothing"), the tarball's, and the cargo user's (the binary
+/// `cargo install` would build placed in its ~/.cargo/bin: the user has no toolchain).
+#[test]
+fn readme_install_commands_work_for_a_user_with_sudo() {
+    let readme = read(&Path::new(ROOT).join("README.md"));
+    // The forms that fail under sudo: rustup's cargo with root's HOME, redlock not on sudo's
+    // PATH. No command in the README uses them.
+    for block in readme.split("```sh\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        for wrong in ["sudo ~/.cargo/bin/cargo", "sudo cargo", "sudo redlock "] {
+            assert!(
+                !block.contains(wrong),
+                "README still says `{wrong}`:\n{block}"
+            );
+        }
+    }
+    let lead = readme_block(&readme, "## From nothing");
+    let tarball = readme_block(&readme, "**From the release tarball**");
+    let cargo = readme_block(&readme, "**With cargo**");
+    let file = format!("redlock-{VERSION}-x86_64-unknown-linux-musl.tar.gz");
+    assert!(
+        lead.contains(&file) && tarball.contains(&file),
+        "README's install commands do not name {file}"
+    );
+    if let Some(why) = cannot_run_as_root(&["sudo", "useradd", "userdel", "runuser", "timeout"]) {
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = TempDir::new("sudo-install");
+    let out = package(dir.path(), &["tarball"]);
+    let user = SudoUser::create();
+    for file in names(&out) {
+        user.give(&out.join(&file), &file);
+    }
+    let server = RedisServer::start();
+    let version = version_line(Path::new(REDLOCK));
+
+    // Each block installs into a prefix of its own, which the user cannot write but by sudo.
+    let prefix = |name: &str| {
+        let prefix = dir.path().join(name);
+        std::fs::create_dir_all(&prefix).unwrap();
+        prefix.display().to_string()
+    };
+    let lead_prefix = prefix("lead");
+    let lead = lead
+        .replace("/usr/local", &format!("{lead_prefix}/usr/local"))
+        .replace("redis://redis.internal:6379", &server.url());
+    // No cron daemon here: the entry's command runs twice instead, as on two hosts (both
+    // exit 0; the second finds the lock held, quietly).
+    let cron_line = lead.lines().find(|line| line.contains("crontab")).unwrap();
+    let entry = cron_line.split('\'').nth(1).unwrap();
+    let command = entry
+        .splitn(6, ' ')
+        .nth(5)
+        .unwrap()
+        .replace("/opt/report/run.sh", "true");
+    let lead: String = lead
+        .lines()
+        .filter(|line| !line.contains("crontab"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let said = user.run(&format!(
+        "export PATH=\"{lead_prefix}/usr/local/bin:$PATH\"\n{lead}{command}\n{command}\n"
+    ));
+    assert_eq!(said, format!("{file}: OK\nI hold the lock\n"));
+    installed_by_root(Path::new(&lead_prefix), &version, Installed::Binary);
+
+    let tarball_prefix = prefix("tarball");
+    let tarball = tarball.replace("/usr/local", &format!("{tarball_prefix}/usr/local"));
+    let said = user.run(&format!(
+        "export PATH=\"{tarball_prefix}/usr/local/bin:$PATH\"\n{tarball}"
+    ));
+    assert!(said.contains(&version), "{said}");
+    installed_by_root(Path::new(&tarball_prefix), &version, Installed::Everything);
+
+    // rustup's ~/.cargo/env puts ~/.cargo/bin on PATH; cargo's lines are the build itself.
+    user.give(Path::new(REDLOCK), ".cargo/bin/redlock");
+    let cargo_prefix = prefix("cargo");
+    let cargo: String = cargo
+        .replace("/usr/local", &format!("{cargo_prefix}/usr/local"))
+        .lines()
+        .filter(|line| !line.starts_with("cargo ") && !line.starts_with("rustup "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    user.run(&format!("export PATH=\"$HOME/.cargo/bin:$PATH\"\n{cargo}"));
+    installed_by_root(
+        Path::new(&cargo_prefix),
+        &version,
+        Installed::BashCompletion,
+    );
+}
+
+/// What a block of install commands installs besides the binary.
+#[derive(Clone, Copy, PartialEq)]
+enum Installed {
+    Binary,
+    /// The manual pages and bash's completion script.
+    BashCompletion,
+    /// The manual pages and every shell's completion script.
+    Everything,
+}
+
+/// What the install left in `prefix`/usr/local: the binary, root's and 0755, reporting
+/// `version`; unless `Installed::Binary`, every page, root's and 0644, that man reads, and the
+/// completion scripts, root's and 0644, as committed, that the shells load.
+fn installed_by_root(prefix: &Path, version: &str, installed: Installed) {
+    let local = prefix.join("usr/local");
+    let binary = local.join("bin/redlock");
+    let owned = |path: &Path, expected: u32| {
+        let meta =
+            std::fs::metadata(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        assert_eq!(meta.uid(), 0, "{} is not root's", path.display());
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            expected,
+            "{}",
+            path.display()
+        );
+    };
+    owned(&binary, 0o755);
+    assert_eq!(version_line(&binary), version);
+    if installed == Installed::Binary {
+        assert_eq!(names(&local), BTreeSet::from(["bin".to_owned()]));
+        return;
+    }
+    let root = Path::new(ROOT);
+    let man1 = local.join("share/man/man1");
+    same_files(&man1, &root.join("man"));
+    for page in names(&man1) {
+        owned(&man1.join(page), 0o644);
+    }
+    if which("man") {
+        let text = check(
+            Command::new("man")
+                .arg("-M")
+                .arg(local.join("share/man"))
+                .args(["-P", "cat", "redlock-run"]),
+        );
+        assert!(text.contains("redlock-run(1)"), "{text}");
+    }
+    let mut scripts = vec![("redlock.bash", "share/bash-completion/completions/redlock")];
+    let all_shells = installed == Installed::Everything;
+    if all_shells {
+        scripts.push(("_redlock", "share/zsh/site-functions/_redlock"));
+        scripts.push((
+            "redlock.fish",
+            "share/fish/vendor_completions.d/redlock.fish",
+        ));
+    }
+    for (file, installed) in scripts {
+        owned(&local.join(installed), 0o644);
+        assert_eq!(
+            read(&local.join(installed)),
+            read(&root.join("completions").join(file))
+        );
+    }
+    let share = local.join("share");
+    let zsh_functions = share.join("zsh/site-functions");
+    completions_load(
+        &local.join("bin"),
+        &share,
+        all_shells.then_some(zsh_functions.as_path()),
+        &prefix.join("shell-home"),
+    );
+}
+
+/// The completion scripts installed under `share` load for the `redlock` in `bin`: bash's
+/// when sourced and through bash-completion's loader (where installed); zsh's from
+/// `zsh_functions` through compinit and fish's from its vendor directory (where those shells
+/// are installed, and unless `zsh_functions` is None: only bash's was installed).
+fn completions_load(bin: &Path, share: &Path, zsh_functions: Option<&Path>, home: &Path) {
+    std::fs::create_dir_all(home).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let shell = |program: &str, args: &[&str], script: String| {
+        check(
+            Command::new(program)
+                .args(args)
+                .arg(script)
+                .env("HOME", home)
+                .env("PATH", &path)
+                // Where bash-completion and fish look for scripts of vendors.
+                .env("XDG_DATA_DIRS", share),
+        )
+    };
+    let bash = ["--norc", "--noprofile", "-c"];
+    let bash_file = share.join("bash-completion/completions/redlock");
+    let loaded = shell(
+        "bash",
+        &bash,
+        format!("source '{}' && complete -p redlock", bash_file.display()),
+    );
+    assert!(
+        loaded.contains("-F _redlock") && loaded.trim_end().ends_with(" redlock"),
+        "{loaded}"
+    );
+    let loader = Path::new("/usr/share/bash-completion/bash_completion");
+    if loader.exists() {
+        let found = shell(
+            "bash",
+            &bash,
+            format!(
+                "source '{}'; __load_completion redlock && complete -p redlock",
+                loader.display()
+            ),
+        );
+        assert!(found.contains("-F _redlock"), "{found}");
+    }
+    let Some(zsh_functions) = zsh_functions else {
+        return;
+    };
+    if which("zsh") {
+        let found = shell(
+            "zsh",
+            &["-f", "-c"],
+            format!(
+                "fpath=('{}' $fpath); autoload -Uz compinit; compinit -u -d '{}/zcompdump'; print -r -- $_comps[redlock]",
+                zsh_functions.display(),
+                home.display()
+            ),
+        );
+        assert_eq!(found.trim(), "_redlock");
+    }
+    if which("fish") {
+        let found = shell("fish", &["-c"], "complete -C 'redlock '".to_owned());
+        assert!(
+            found.lines().any(|line| line.starts_with("run\t")),
+            "{found}"
+        );
+    }
+}
+
+/// A throwaway user whose sudo needs no password; user and sudoers drop-in are removed in
+/// `Drop`.
+struct SudoUser {
+    name: String,
+    dropin: PathBuf,
+}
+
+impl SudoUser {
+    fn create() -> Self {
+        let name = format!("redlock-test-{}", std::process::id());
+        // The guard exists before the user does: a failure half-way still cleans up.
+        let user = Self {
+            dropin: PathBuf::from(format!("/etc/sudoers.d/{name}")),
+            name,
+        };
+        check(Command::new("useradd").args([
+            "--create-home",
+            "--shell",
+            "/bin/sh",
+            "--user-group",
+            &user.name,
+        ]));
+        // Written whole under another name, then renamed: sudo never reads half a file.
+        let draft = PathBuf::from(format!("/etc/sudoers.d/.{}", user.name));
+        std::fs::write(&draft, format!("{} ALL=(ALL) NOPASSWD: ALL\n", user.name)).unwrap();
+        std::fs::set_permissions(&draft, std::fs::Permissions::from_mode(0o440)).unwrap();
+        std::fs::rename(&draft, &user.dropin).unwrap();
+        user
+    }
+
+    fn home(&self) -> PathBuf {
+        Path::new("/home").join(&self.name)
+    }
+
+    /// Copies `file` to `relative` in the user's home, the user's own.
+    fn give(&self, file: &Path, relative: &str) {
+        let to = self.home().join(relative);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(file, &to).unwrap();
+        let owner = format!("{0}:{0}", self.name);
+        check(Command::new("chown").args(["-R", &owner]).arg(self.home()));
+    }
+
+    /// Runs `script` in the user's login shell (`sh -e`), within two minutes; its stdout.
+    fn run(&self, script: &str) -> String {
+        check(
+            Command::new("timeout")
+                .args(["120", "runuser", "-l", &self.name, "-c"])
+                .arg(format!("set -e\n{script}")),
+        )
+    }
+}
+
+impl Drop for SudoUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.dropin);
+        let _ = Command::new("userdel")
+            .args(["--remove", &self.name])
+            .output();
+    }
+}
+
+/// Why a test that changes the system (users, a package database) cannot run here, if so.
+fn cannot_run_as_root(tools: &[&str]) -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("not root".to_owned());
+    }
+    tools
+        .iter()
+        .find(|tool| !which(tool))
+        .map(|tool| format!("{tool} is not installed"))
+}
+
+/// Runs dist/package on the binary under test into `dir`/out; the output directory.
+fn package(dir: &Path, what: &[&str]) -> PathBuf {
+    let out = dir.join("out");
+    check(
+        Command::new("timeout")
+            .arg("300")
+            .arg(Path::new(ROOT).join("dist/package"))
+            .args(["--binary", REDLOCK, "--out"])
+            .arg(&out)
+            .args(what),
+    );
+    out
+}
+
+/// `binary --version`, trimmed.
+fn version_line(binary: &Path) -> String {
+    check(Command::new(binary).arg("--version"))
+        .trim()
+        .to_owned()
+}
+
+/// Runs `command` to its end; its stdout. A failure panics with everything it said.
+fn check(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|err| panic!("{command:?}: {err}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{command:?}: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn which(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v \"$1\" >/dev/null", "sh", tool])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// The names in a directory.
+fn names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// `copy` holds the files of `original`, byte for byte, and nothing else.
+fn same_files(copy: &Path, original: &Path) {
+    assert_eq!(names(copy), names(original), "{}", copy.display());
+    for name in names(original) {
+        assert_eq!(
+            read(&copy.join(&name)),
+            read(&original.join(&name)),
+            "{}",
+            copy.join(&name).display()
+        );
+    }
+}
+
+/// Every path under `root`, relative to it.
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path.clone());
+            }
+            found.push(path.strip_prefix(root).unwrap().to_owned());
+        }
+    }
+    found
+}
+
+/// The first ```sh block after `lead` in `readme`.
+fn readme_block(readme: &str, lead: &str) -> String {
+    let from = readme
+        .find(lead)
+        .unwrap_or_else(|| panic!("README lacks {lead:?}"));
+    let block = &readme[from..];
+    let start = block.find("```sh\n").unwrap() + "```sh\n".len();
+    let end = start + block[start..].find("```").unwrap();
+    block[start..end].to_owned()
+}
