@@ -39,6 +39,7 @@ mod duration;
 pub mod exit;
 mod failpoint;
 mod files;
+mod identity;
 mod inbox;
 mod keep;
 pub mod keys;

@@ -1,0 +1,153 @@
+//! Giving a lock up (`lua/release.lua`): by token, by force, or giving up a waiter's token
+//! altogether (`leave`); and what a holder reports for the history as it goes.
+
+use std::time::Duration;
+
+use super::record::time_and_records;
+use super::{CANCEL_MARK_TTL, GRANT, Holder, Lock, Token, Unreadable, WAKE_TTL, Waiter, ms};
+use crate::conn::Session;
+use crate::scripts::{self, ReleaseInputs, arg};
+
+/// What a holder reports when it gives the lock up, for the history: the fence it held (so a
+/// lock it lost is marked as such), and how its command ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ending {
+    pub held_fence: Option<u64>,
+    pub exit: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why it ended, for people: a limit that stopped the command, who forced the lock.
+    pub why: Option<String>,
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Released,
+    /// Kept for the rest of the minimum hold; expires by itself after this long.
+    Kept(Duration),
+    /// One hold of a re-entered lock ended; this many remain.
+    StillHeld(u32),
+    /// The token holds nothing; nothing changed.
+    NotHeld,
+}
+
+impl Lock {
+    /// Gives up `waiter`'s token: leaves the queue, gives back whatever the token holds (a lock
+    /// handed over meanwhile, or taken by a request whose reply never came), and marks the token
+    /// so that a request of it still on its way to Redis takes nothing when it runs, whichever
+    /// comes first. The mark lives [`CANCEL_MARK_TTL`].
+    /// `mark`: a request of the token may still be on its way; without one, leaving leaves
+    /// nothing behind.
+    pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
+        self.release_script(
+            session,
+            "leave",
+            Some(&waiter.token),
+            Duration::ZERO,
+            &waiter.id,
+            &Ending::default(),
+            mark,
+        )
+        .map(drop)
+    }
+
+    /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
+    /// since its acquisition is kept until then instead (and expires by itself). A released
+    /// lock goes to the head of the queue. `ending` goes into the history.
+    pub fn release(
+        &self,
+        session: &mut Session,
+        token: &Token,
+        min_hold: Duration,
+        ending: &Ending,
+    ) -> anyhow::Result<Release> {
+        Ok(
+            match self.release_script(session, "token", Some(token), min_hold, "", ending, false)? {
+                redis::Value::Int(1) => Release::Released,
+                redis::Value::Int(0) => Release::NotHeld,
+                other => match redis::from_redis_value::<(i64, u64)>(other)? {
+                    (3, holds) => Release::StillHeld(u32::try_from(holds)?),
+                    (_, kept_ms) => Release::Kept(Duration::from_millis(kept_ms)),
+                },
+            },
+        )
+    }
+
+    /// Removes every holder; returns the server time, the holders evicted, and the records of
+    /// evicted holders that cannot be read. `why` (who forced it, and their reason) goes into
+    /// each evicted hold's history.
+    pub fn force_release(
+        &self,
+        session: &mut Session,
+        why: &str,
+    ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>)> {
+        let ending = Ending {
+            why: Some(why.to_owned()),
+            ..Ending::default()
+        };
+        let reply: Vec<String> = redis::from_redis_value(self.release_script(
+            session,
+            "force",
+            None,
+            Duration::ZERO,
+            "",
+            &ending,
+            false,
+        )?)?;
+        time_and_records(&reply, "release", &self.keys.holders, "a holder record")
+    }
+
+    /// Runs `lua/release.lua`; `mark`: with `leave`, set the token's cancel mark.
+    #[allow(clippy::too_many_arguments)]
+    fn release_script(
+        &self,
+        session: &mut Session,
+        op: &str,
+        token: Option<&Token>,
+        min_hold: Duration,
+        waiter_id: &str,
+        ending: &Ending,
+        mark: bool,
+    ) -> anyhow::Result<redis::Value> {
+        let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
+        let keys = &self.keys;
+        session.run(|con| {
+            let inputs = ReleaseInputs {
+                holders: arg(&keys.holders),
+                leases: arg(&keys.leases),
+                fence: arg(&keys.fence),
+                queue: arg(&keys.queue),
+                waiters: arg(&keys.waiters),
+                wake: arg(keys.wake(waiter_id)),
+                cancel: arg(keys.cancel(token.map_or("", Token::as_str))),
+                history: arg(&keys.history),
+                op: arg(op),
+                token: arg(token.map_or("", Token::as_str)),
+                min_hold_ms: arg(min_hold_ms),
+                waiter: arg(waiter_id),
+                grant_ms: arg(ms(GRANT)),
+                wake_ttl_ms: arg(ms(WAKE_TTL)),
+                mark_ttl_ms: arg(if mark { ms(CANCEL_MARK_TTL) } else { 0 }),
+                held_fence: arg(ending
+                    .held_fence
+                    .map_or(String::new(), |fence| fence.to_string())),
+                exit: arg(ending.exit.map_or(String::new(), |code| code.to_string())),
+                signal: arg(ending
+                    .signal
+                    .map_or(String::new(), |signal| signal.to_string())),
+                why: arg(ending.why.as_deref().unwrap_or_default()),
+                notify: arg(if self.notify {
+                    keys.released_channel()
+                } else {
+                    String::new()
+                }),
+            };
+            // Giving a token up must take effect even if nobody waits for the reply.
+            if op == "leave" {
+                scripts::RELEASE.call_whole(con, inputs)
+            } else {
+                scripts::RELEASE.call(con, inputs)
+            }
+        })
+    }
+}
