@@ -16,7 +16,7 @@ use crate::conn::Session;
 use crate::duration;
 use crate::exit::{Failure, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
-use crate::lock::{Ending, Lock, Replicas, Token};
+use crate::lock::{Ending, Lock, ReleaseRequest, Replicas, Token};
 use crate::log::{Log, printable};
 use crate::schedule::{Confirmed, Plan};
 use crate::signals::{self, Signals};
@@ -157,15 +157,12 @@ pub(crate) fn keep(
 /// Token-checked release, bounded: the keeper is on its way out.
 fn release(store: &Store, lock: &Lock, token: &Token, log: Log) {
     let bound = Duration::from_millis(500);
-    let released = store.release(
-        lock,
-        None,
+    let request = ReleaseRequest {
         token,
-        Duration::ZERO,
-        &Ending::default(),
-        bound,
-        log,
-    );
+        min_hold: Duration::ZERO,
+        ending: &Ending::default(),
+    };
+    let released = store.release(lock, None, &request, bound, log);
     if let Err(err) = released {
         log.warn(format_args!(
             "could not release lock '{}' ({err:#}); its lease runs out by itself",

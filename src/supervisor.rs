@@ -26,7 +26,7 @@ use crate::conn::Session;
 use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
-use crate::lock::{Ending, Lock, Release, Replicas, Token};
+use crate::lock::{Ending, Lock, Release, ReleaseRequest, Replicas, Token};
 use crate::log::{Log, printable};
 use crate::schedule::{Confirmed, Plan, Window};
 use crate::signals::{self, Signals};
@@ -730,7 +730,12 @@ impl FinalRelease<'_> {
         let (lock, store, token) = (self.lock.clone(), self.store.clone(), self.token.clone());
         let log = self.log;
         self.worker.run(&self.inbox.reporter(), move || {
-            let released = store.release(&lock, session, &token, min_hold, &report, bound, log);
+            let request = ReleaseRequest {
+                token: &token,
+                min_hold,
+                ending: &report,
+            };
+            let released = store.release(&lock, session, &request, bound, log);
             Reply::Released(released)
         });
         let released = loop {

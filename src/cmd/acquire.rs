@@ -8,7 +8,7 @@ use super::{Context, ask, busy, keep_alive, lock_name, named, print_json, print_
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Lock};
+use crate::lock::{Ending, Lock, ReleaseRequest};
 use crate::log::printable;
 use crate::signals::Signals;
 use crate::waiting::Outcome;
@@ -130,9 +130,11 @@ fn give_back(
         .release(
             lock,
             session,
-            token,
-            Duration::ZERO,
-            &Ending::default(),
+            &ReleaseRequest {
+                token,
+                min_hold: Duration::ZERO,
+                ending: &Ending::default(),
+            },
             context.command_timeout,
             context.log,
         )

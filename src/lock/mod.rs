@@ -23,7 +23,7 @@ use std::time::Duration;
 pub use self::acquire::{Acquisition, Lease, Mode, Queueing, Request};
 pub use self::list::{Listing, list};
 pub use self::record::{HistoryEntry, Holder, Queued, Unreadable};
-pub use self::release::{Ending, Release};
+pub use self::release::{Ending, Release, ReleaseRequest};
 pub use self::renew::Refreshed;
 pub use self::state::{Denied, INSPECT_HOLDERS, INSPECT_WAITERS, LockState};
 pub use self::token::Token;

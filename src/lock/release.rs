@@ -19,6 +19,17 @@ pub struct Ending {
     pub why: Option<String>,
 }
 
+/// A token's release, as [`Lock::release`] takes it, for the callers that pass one on (the
+/// store, in quorum mode to every master).
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseRequest<'a> {
+    pub token: &'a Token,
+    /// A lock held for less than this since its acquisition is kept until then instead.
+    pub min_hold: Duration,
+    /// What goes into the history.
+    pub ending: &'a Ending,
+}
+
 /// What `release` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
