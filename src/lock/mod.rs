@@ -128,7 +128,7 @@ impl Lock {
     }
 }
 
-/// A constant duration in ms, for a script.
+/// A duration in whole ms, for a script (at most `u64::MAX`).
 fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -42,6 +42,36 @@ pub enum Release {
     NotHeld,
 }
 
+/// What `lua/release.lua` is asked to do (its `op`), with the inputs that go with it.
+#[derive(Debug, Clone, Copy)]
+enum ReleaseOp<'a> {
+    /// `token`: end one hold of a token, or keep the lock for the rest of its minimum hold.
+    Token(ReleaseRequest<'a>),
+    /// `force`: evict every holder; the ending goes into each evicted hold's history.
+    Force(&'a Ending),
+    /// `leave`: give a waiter's token up; `mark`: set the token's cancel mark.
+    Leave { waiter: &'a Waiter, mark: bool },
+}
+
+impl ReleaseOp<'_> {
+    /// The script's name for it.
+    fn name(self) -> &'static str {
+        match self {
+            ReleaseOp::Token(_) => "token",
+            ReleaseOp::Force(_) => "force",
+            ReleaseOp::Leave { .. } => "leave",
+        }
+    }
+
+    /// Sent whole (EVAL), not by its SHA (EVALSHA), because it must take effect even if its
+    /// reply is never read: a token is given up as redlock stops waiting (a signal, a timeout),
+    /// often on a server that stalled, and a server that lost its script cache meanwhile would
+    /// answer EVALSHA with a NOSCRIPT that nobody reads, and run nothing.
+    fn sent_whole(self) -> bool {
+        matches!(self, ReleaseOp::Leave { .. })
+    }
+}
+
 impl Lock {
     /// Gives up `waiter`'s token: leaves the queue, gives back whatever the token holds (a lock
     /// handed over meanwhile, or taken by a request whose reply never came), and marks the token
@@ -50,16 +80,8 @@ impl Lock {
     /// `mark`: a request of the token may still be on its way; without one, leaving leaves
     /// nothing behind.
     pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
-        self.release_script(
-            session,
-            "leave",
-            Some(&waiter.token),
-            Duration::ZERO,
-            &waiter.id,
-            &Ending::default(),
-            mark,
-        )
-        .map(drop)
+        self.release_script(session, ReleaseOp::Leave { waiter, mark })
+            .map(drop)
     }
 
     /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
@@ -72,8 +94,13 @@ impl Lock {
         min_hold: Duration,
         ending: &Ending,
     ) -> anyhow::Result<Release> {
+        let request = ReleaseRequest {
+            token,
+            min_hold,
+            ending,
+        };
         Ok(
-            match self.release_script(session, "token", Some(token), min_hold, "", ending, false)? {
+            match self.release_script(session, ReleaseOp::Token(request))? {
                 redis::Value::Int(1) => Release::Released,
                 redis::Value::Int(0) => Release::NotHeld,
                 other => match redis::from_redis_value::<(i64, u64)>(other)? {
@@ -96,31 +123,35 @@ impl Lock {
             why: Some(why.to_owned()),
             ..Ending::default()
         };
-        let reply: Vec<String> = redis::from_redis_value(self.release_script(
-            session,
-            "force",
-            None,
-            Duration::ZERO,
-            "",
-            &ending,
-            false,
-        )?)?;
+        let reply: Vec<String> =
+            redis::from_redis_value(self.release_script(session, ReleaseOp::Force(&ending))?)?;
         time_and_records(&reply, "release", &self.keys.holders, "a holder record")
     }
 
-    /// Runs `lua/release.lua`; `mark`: with `leave`, set the token's cancel mark.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `lua/release.lua`.
     fn release_script(
         &self,
         session: &mut Session,
-        op: &str,
-        token: Option<&Token>,
-        min_hold: Duration,
-        waiter_id: &str,
-        ending: &Ending,
-        mark: bool,
+        op: ReleaseOp<'_>,
     ) -> anyhow::Result<redis::Value> {
-        let min_hold_ms = u64::try_from(min_hold.as_millis()).unwrap_or(u64::MAX);
+        let nothing = Ending::default();
+        let (token, waiter_id, min_hold, ending, mark) = match op {
+            ReleaseOp::Token(request) => (
+                Some(request.token),
+                "",
+                request.min_hold,
+                request.ending,
+                false,
+            ),
+            ReleaseOp::Force(ending) => (None, "", Duration::ZERO, ending, false),
+            ReleaseOp::Leave { waiter, mark } => (
+                Some(&waiter.token),
+                waiter.id.as_str(),
+                Duration::ZERO,
+                &nothing,
+                mark,
+            ),
+        };
         let keys = &self.keys;
         session.run(|con| {
             let inputs = ReleaseInputs {
@@ -132,9 +163,9 @@ impl Lock {
                 wake: arg(keys.wake(waiter_id)),
                 cancel: arg(keys.cancel(token.map_or("", Token::as_str))),
                 history: arg(&keys.history),
-                op: arg(op),
+                op: arg(op.name()),
                 token: arg(token.map_or("", Token::as_str)),
-                min_hold_ms: arg(min_hold_ms),
+                min_hold_ms: arg(ms(min_hold)),
                 waiter: arg(waiter_id),
                 grant_ms: arg(ms(GRANT)),
                 wake_ttl_ms: arg(ms(WAKE_TTL)),
@@ -153,8 +184,7 @@ impl Lock {
                     String::new()
                 }),
             };
-            // Giving a token up must take effect even if nobody waits for the reply.
-            if op == "leave" {
+            if op.sent_whole() {
                 scripts::RELEASE.call_whole(con, inputs)
             } else {
                 scripts::RELEASE.call(con, inputs)
