@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::record::decode;
+use super::reply::{AcquireCode, RaiseCode, Reply};
 use super::{
     CLAIM_GRANT, Ending, GRANT, Holder, Identity, Lock, QUEUE_ENTRY_TTL, Replicas, Token, WAKE_TTL,
     Waiter, flag, millis, ms, unacknowledged,
@@ -105,7 +106,7 @@ impl Lock {
         fence: u64,
     ) -> anyhow::Result<bool> {
         let keys = &self.keys;
-        let (raised, _now): (i64, u64) = session.run(|con| {
+        let reply = session.run(|con| {
             scripts::RAISE.call(
                 con,
                 RaiseInputs {
@@ -118,7 +119,12 @@ impl Lock {
                 },
             )
         })?;
-        Ok(raised == 1)
+        let (code, mut reply) = Reply::open::<RaiseCode>("raise", reply)?;
+        let _now: u64 = reply.field()?;
+        Ok(match code {
+            RaiseCode::Raised => true,
+            RaiseCode::NotHeld => false,
+        })
     }
 
     /// Takes the lock as `request` says, or reports who holds it, queueing as `queueing` says.
@@ -128,71 +134,13 @@ impl Lock {
         request: &Request<'_>,
         queueing: Queueing<'_>,
     ) -> anyhow::Result<Acquisition> {
-        let Request {
-            token,
-            ttl,
-            mode,
-            who,
-            reenter,
-            replicas,
-        } = *request;
-        let ttl_ms = millis(ttl)?;
-        let (waiter_id, queued_only, claims) = match queueing {
-            Queueing::No => ("", false, false),
-            Queueing::Join(waiter) => (waiter.id.as_str(), false, waiter.claims),
-            Queueing::Stay(waiter) => (waiter.id.as_str(), true, waiter.claims),
-        };
-        // With too few replicas connected to acknowledge it, taking the lock would only give it
-        // back: nothing is taken (no fence burned, no hold in the history, no contender
-        // blocked), and a wait tries again after a pause. `WAIT 0 0` answers at once with the
-        // replicas that acknowledge this connection's writes: all connected ones. (Not on a
-        // Cluster, where this connection may be on another master than the lock's slot: the
-        // WAIT after the script still gives an unacknowledged lock back. Nor on a connection
-        // that has written: WAIT then counts the replicas that acknowledged that write.)
-        if let Some(replicas) = replicas
-            && !session.is_cluster()
-            && session.is_fresh()
-        {
-            let connected: u32 = session.run(|con| redis::cmd("WAIT").arg(0).arg(0).query(con))?;
-            if connected < replicas.count {
-                return Err(fail(
-                    Failure::Unavailable,
-                    format!(
-                        "only {connected} of the {} replicas asked for are connected; nothing was taken",
-                        replicas.count
-                    ),
-                ));
-            }
+        let ttl_ms = millis(request.ttl)?;
+        if let Some(replicas) = request.replicas {
+            enough_replicas_connected(session, replicas)?;
         }
-        let keys = &self.keys;
-        let (reply, acknowledged): (Vec<redis::Value>, _) = session.run(|con| {
-            let inputs = AcquireInputs {
-                holders: arg(&keys.holders),
-                leases: arg(&keys.leases),
-                fence: arg(&keys.fence),
-                queue: arg(&keys.queue),
-                waiters: arg(&keys.waiters),
-                wake: arg(keys.wake(waiter_id)),
-                cancel: arg(keys.cancel(token.as_str())),
-                history: arg(&keys.history),
-                token: arg(token.as_str()),
-                ttl_ms: arg(ttl_ms),
-                mode: arg(mode.name()),
-                limit: arg(mode.limit()),
-                host: arg(&who.host),
-                pid: arg(who.pid),
-                user: arg(&who.user),
-                command: arg(&who.command),
-                note: arg(who.note.as_deref().unwrap_or("")),
-                waiter: arg(waiter_id),
-                stay: arg(flag(queued_only)),
-                entry_ttl_ms: arg(ms(QUEUE_ENTRY_TTL)),
-                grant_ms: arg(ms(GRANT)),
-                wake_ttl_ms: arg(ms(WAKE_TTL)),
-                reenter: arg(flag(reenter)),
-                claim_ms: arg(if claims { ms(CLAIM_GRANT) } else { 0 }),
-            };
-            match replicas {
+        let (reply, acknowledged) = session.run(|con| {
+            let inputs = self.acquire_inputs(request, queueing, ttl_ms);
+            match request.replicas {
                 Some(replicas) => scripts::ACQUIRE
                     .call_and_wait(con, inputs, replicas.count, ms(replicas.timeout))
                     .map(|(reply, acknowledged)| (reply, Some(acknowledged))),
@@ -201,52 +149,134 @@ impl Lock {
                     .map(|reply| (reply, None)),
             }
         })?;
-        let mut reply = reply.into_iter();
-        let mut next = || reply.next().unwrap_or(redis::Value::Nil);
-        let status: i64 = redis::from_redis_value(next())?;
-        match status {
-            1 => {
+        let (code, mut reply) = Reply::open::<AcquireCode>("acquire", reply)?;
+        match code {
+            AcquireCode::Acquired => {
+                let fence: String = reply.field()?;
                 let lease = Lease {
-                    token: token.clone(),
-                    fence: redis::from_redis_value::<String>(next())?.parse()?,
-                    ttl,
+                    token: request.token.clone(),
+                    fence: fence.parse().map_err(|_| reply.unexpected())?,
+                    ttl: request.ttl,
                 };
-                if let (Some(replicas), Some(acknowledged)) = (replicas, acknowledged) {
-                    // Not (known to be) on enough replicas: a failover could lose it. Given
-                    // back at once.
-                    let err = match acknowledged {
-                        Ok(count) if count >= replicas.count => {
-                            return Ok(Acquisition::Acquired(lease));
-                        }
-                        Ok(count) => unacknowledged("the lock", count, replicas),
-                        Err(err) => session.explain(&err).context("WAIT for replicas failed"),
-                    };
-                    // Never recorded as a run that ended.
-                    let ending = Ending {
-                        why: Some("given back: too few replicas acknowledged it".to_owned()),
-                        ..Ending::default()
-                    };
-                    self.release(session, token, Duration::ZERO, &ending)?;
-                    return Err(err.context("the lock was taken and given back"));
+                match (request.replicas, acknowledged) {
+                    (Some(replicas), Some(acknowledged)) => {
+                        self.unless_unacknowledged(session, lease, replicas, acknowledged)
+                    }
+                    _ => Ok(Acquisition::Acquired(lease)),
                 }
-                Ok(Acquisition::Acquired(lease))
             }
-            0 => {
-                let now = redis::from_redis_value(next())?;
-                let holder: Option<String> = redis::from_redis_value(next())?;
+            AcquireCode::Busy => {
+                let now = reply.field()?;
+                let holder: Option<String> = reply.field()?;
                 Ok(Acquisition::Busy {
                     // A record this version cannot read names nobody; the lock is busy all
                     // the same.
                     holder: holder.as_deref().and_then(|json| decode(json).ok()),
                     now,
-                    position: redis::from_redis_value(next())?,
-                    length: redis::from_redis_value(next())?,
-                    hint: Duration::from_millis(redis::from_redis_value(next())?),
+                    position: reply.field()?,
+                    length: reply.field()?,
+                    hint: Duration::from_millis(reply.field()?),
                 })
             }
-            -1 => Ok(Acquisition::Gone),
-            -3 => Ok(Acquisition::Cancelled),
-            _ => Ok(Acquisition::NotHeldByToken),
+            AcquireCode::Gone => Ok(Acquisition::Gone),
+            AcquireCode::NotHeld => Ok(Acquisition::NotHeldByToken),
+            AcquireCode::Cancelled => Ok(Acquisition::Cancelled),
         }
     }
+
+    /// The inputs of `lua/acquire.lua` for `request`, queueing as `queueing` says.
+    fn acquire_inputs(
+        &self,
+        request: &Request<'_>,
+        queueing: Queueing<'_>,
+        ttl_ms: u64,
+    ) -> AcquireInputs {
+        let Request {
+            token,
+            mode,
+            who,
+            reenter,
+            ..
+        } = *request;
+        let (waiter_id, queued_only, claims) = match queueing {
+            Queueing::No => ("", false, false),
+            Queueing::Join(waiter) => (waiter.id.as_str(), false, waiter.claims),
+            Queueing::Stay(waiter) => (waiter.id.as_str(), true, waiter.claims),
+        };
+        let keys = &self.keys;
+        AcquireInputs {
+            holders: arg(&keys.holders),
+            leases: arg(&keys.leases),
+            fence: arg(&keys.fence),
+            queue: arg(&keys.queue),
+            waiters: arg(&keys.waiters),
+            wake: arg(keys.wake(waiter_id)),
+            cancel: arg(keys.cancel(token.as_str())),
+            history: arg(&keys.history),
+            token: arg(token.as_str()),
+            ttl_ms: arg(ttl_ms),
+            mode: arg(mode.name()),
+            limit: arg(mode.limit()),
+            host: arg(&who.host),
+            pid: arg(who.pid),
+            user: arg(&who.user),
+            command: arg(&who.command),
+            note: arg(who.note.as_deref().unwrap_or("")),
+            waiter: arg(waiter_id),
+            stay: arg(flag(queued_only)),
+            entry_ttl_ms: arg(ms(QUEUE_ENTRY_TTL)),
+            grant_ms: arg(ms(GRANT)),
+            wake_ttl_ms: arg(ms(WAKE_TTL)),
+            reenter: arg(flag(reenter)),
+            claim_ms: arg(if claims { ms(CLAIM_GRANT) } else { 0 }),
+        }
+    }
+
+    /// The lock just taken as `lease`, if enough replicas acknowledged it (`acknowledged`: the
+    /// WAIT's answer). Not (known to be) on enough replicas, a failover could lose it: it is
+    /// given back at once, and that is an error.
+    fn unless_unacknowledged(
+        &self,
+        session: &mut Session,
+        lease: Lease,
+        replicas: Replicas,
+        acknowledged: redis::RedisResult<u32>,
+    ) -> anyhow::Result<Acquisition> {
+        let err = match acknowledged {
+            Ok(count) if count >= replicas.count => return Ok(Acquisition::Acquired(lease)),
+            Ok(count) => unacknowledged("the lock", count, replicas),
+            Err(err) => session.explain(&err).context("WAIT for replicas failed"),
+        };
+        // Never recorded as a run that ended.
+        let ending = Ending {
+            why: Some("given back: too few replicas acknowledged it".to_owned()),
+            ..Ending::default()
+        };
+        self.release(session, &lease.token, Duration::ZERO, &ending)?;
+        Err(err.context("the lock was taken and given back"))
+    }
+}
+
+/// With too few replicas connected to acknowledge it, taking the lock would only give it back:
+/// nothing is taken (no fence burned, no hold in the history, no contender blocked), and a wait
+/// tries again after a pause. `WAIT 0 0` answers at once with the replicas that acknowledge
+/// this connection's writes: all connected ones. (Not on a Cluster, where this connection may
+/// be on another master than the lock's slot: the WAIT after the script still gives an
+/// unacknowledged lock back. Nor on a connection that has written: WAIT then counts the
+/// replicas that acknowledged that write.)
+fn enough_replicas_connected(session: &mut Session, replicas: Replicas) -> anyhow::Result<()> {
+    if session.is_cluster() || !session.is_fresh() {
+        return Ok(());
+    }
+    let connected: u32 = session.run(|con| redis::cmd("WAIT").arg(0).arg(0).query(con))?;
+    if connected < replicas.count {
+        return Err(fail(
+            Failure::Unavailable,
+            format!(
+                "only {connected} of the {} replicas asked for are connected; nothing was taken",
+                replicas.count
+            ),
+        ));
+    }
+    Ok(())
 }

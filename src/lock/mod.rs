@@ -14,6 +14,7 @@ mod list;
 mod record;
 mod release;
 mod renew;
+mod reply;
 mod state;
 mod token;
 mod wake;

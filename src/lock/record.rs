@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::Identity;
+use super::reply::unexpected;
 
 /// One holder as stored in Redis. Times are the server's clock, in milliseconds.
 #[derive(Debug, Clone, Deserialize)]
@@ -117,17 +118,22 @@ pub(super) fn decode_each<T: serde::de::DeserializeOwned>(
 /// A reply that is the server's time followed by JSON records (`force` release, `history`),
 /// the records of `key` that do not decode left out and noted.
 pub(super) fn time_and_records<T: serde::de::DeserializeOwned>(
-    reply: &[String],
+    reply: redis::Value,
     script: &str,
     key: &str,
     what: &'static str,
 ) -> anyhow::Result<(u64, Vec<T>, Vec<Unreadable>)> {
-    let (now, records) = reply
-        .split_first()
-        .ok_or_else(|| anyhow::anyhow!("empty reply from {script}"))?;
+    let strings: Option<Vec<String>> = redis::from_redis_value_ref(&reply).ok();
+    let Some((now, records)) = strings
+        .as_deref()
+        .and_then(<[String]>::split_first)
+        .and_then(|(now, records)| Some((now.parse().ok()?, records)))
+    else {
+        return Err(unexpected(script, std::slice::from_ref(&reply)));
+    };
     let mut unreadable = Vec::new();
     let records = decode_each(records, key, what, &mut unreadable);
-    Ok((now.parse()?, records, unreadable))
+    Ok((now, records, unreadable))
 }
 
 /// One hold in a lock's history. Times are the server's clock, in Unix milliseconds.

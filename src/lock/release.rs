@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::record::time_and_records;
+use super::reply::{LeaveCode, ReleaseCode, Reply};
 use super::{CANCEL_MARK_TTL, GRANT, Holder, Lock, Token, Unreadable, WAKE_TTL, Waiter, ms};
 use crate::conn::Session;
 use crate::scripts::{self, ReleaseInputs, arg};
@@ -80,8 +81,10 @@ impl Lock {
     /// `mark`: a request of the token may still be on its way; without one, leaving leaves
     /// nothing behind.
     pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
-        self.release_script(session, ReleaseOp::Leave { waiter, mark })
-            .map(drop)
+        let reply = self.release_script(session, ReleaseOp::Leave { waiter, mark })?;
+        match Reply::open::<LeaveCode>("release", reply)?.0 {
+            LeaveCode::Left => Ok(()),
+        }
     }
 
     /// Releases the hold of `token`; with a non-zero `min_hold`, a lock held for less than that
@@ -99,16 +102,17 @@ impl Lock {
             min_hold,
             ending,
         };
-        Ok(
-            match self.release_script(session, ReleaseOp::Token(request))? {
-                redis::Value::Int(1) => Release::Released,
-                redis::Value::Int(0) => Release::NotHeld,
-                other => match redis::from_redis_value::<(i64, u64)>(other)? {
-                    (3, holds) => Release::StillHeld(u32::try_from(holds)?),
-                    (_, kept_ms) => Release::Kept(Duration::from_millis(kept_ms)),
-                },
-            },
-        )
+        let reply = self.release_script(session, ReleaseOp::Token(request))?;
+        let (code, mut reply) = Reply::open::<ReleaseCode>("release", reply)?;
+        Ok(match code {
+            ReleaseCode::Released => Release::Released,
+            ReleaseCode::NotHeld => Release::NotHeld,
+            ReleaseCode::Kept => Release::Kept(Duration::from_millis(reply.field()?)),
+            ReleaseCode::StillHeld => {
+                let holds: u64 = reply.field()?;
+                Release::StillHeld(u32::try_from(holds).map_err(|_| reply.unexpected())?)
+            }
+        })
     }
 
     /// Removes every holder; returns the server time, the holders evicted, and the records of
@@ -123,9 +127,8 @@ impl Lock {
             why: Some(why.to_owned()),
             ..Ending::default()
         };
-        let reply: Vec<String> =
-            redis::from_redis_value(self.release_script(session, ReleaseOp::Force(&ending))?)?;
-        time_and_records(&reply, "release", &self.keys.holders, "a holder record")
+        let reply = self.release_script(session, ReleaseOp::Force(&ending))?;
+        time_and_records(reply, "release", &self.keys.holders, "a holder record")
     }
 
     /// Runs `lua/release.lua`.

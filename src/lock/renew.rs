@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::reply::{ExtendCode, RefreshCode, Reply};
 use super::{Lock, QUEUE_ENTRY_TTL, Replicas, Token, Waiter, millis, ms, unacknowledged};
 use crate::conn::Session;
 use crate::scripts::{self, ExtendInputs, RefreshInputs, arg};
@@ -35,7 +36,7 @@ impl Lock {
     ) -> anyhow::Result<bool> {
         let ttl_ms = millis(ttl)?;
         let keys = &self.keys;
-        let ((extended, _now), acknowledged): ((i64, u64), _) = session.run(|con| {
+        let (reply, acknowledged) = session.run(|con| {
             let inputs = ExtendInputs {
                 holders: arg(&keys.holders),
                 leases: arg(&keys.leases),
@@ -51,18 +52,17 @@ impl Lock {
                 None => scripts::EXTEND.call(con, inputs).map(|reply| (reply, None)),
             }
         })?;
-        if let (Some(replicas), Some(acknowledged)) = (replicas, acknowledged)
-            && extended == 1
-        {
-            match acknowledged {
-                Ok(count) if count >= replicas.count => {}
-                Ok(count) => return Err(unacknowledged("the renewal", count, replicas)),
-                Err(err) => {
-                    return Err(session.explain(&err).context("WAIT for replicas failed"));
-                }
-            }
+        let (code, mut reply) = Reply::open::<ExtendCode>("extend", reply)?;
+        let _now: u64 = reply.field()?;
+        match (code, replicas, acknowledged) {
+            (ExtendCode::NotHeld, ..) => Ok(false),
+            (ExtendCode::Extended, Some(replicas), Some(acknowledged)) => match acknowledged {
+                Ok(count) if count >= replicas.count => Ok(true),
+                Ok(count) => Err(unacknowledged("the renewal", count, replicas)),
+                Err(err) => Err(session.explain(&err).context("WAIT for replicas failed")),
+            },
+            (ExtendCode::Extended, ..) => Ok(true),
         }
-        Ok(extended == 1)
     }
 
     /// Keeps `waiter`'s queue entry alive for another [`QUEUE_ENTRY_TTL`], without reading the
@@ -70,7 +70,7 @@ impl Lock {
     /// at, only a place to keep.
     pub fn refresh(&self, session: &mut Session, waiter: &Waiter) -> anyhow::Result<Refreshed> {
         let keys = &self.keys;
-        let reply: Vec<u64> = session.run(|con| {
+        let reply = session.run(|con| {
             scripts::REFRESH.call(
                 con,
                 RefreshInputs {
@@ -81,15 +81,20 @@ impl Lock {
                 },
             )
         })?;
-        let size = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
-        Ok(match reply[..] {
-            [1, now, position, length] => Refreshed::Queued {
+        let (code, mut reply) = Reply::open::<RefreshCode>("refresh", reply)?;
+        let now = reply.field()?;
+        let mut size = || {
+            reply
+                .field()
+                .map(|n: u64| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        Ok(match code {
+            RefreshCode::Queued => Refreshed::Queued {
                 now,
-                position: size(position),
-                length: size(length),
+                position: size()?,
+                length: size()?,
             },
-            [_, now, ..] => Refreshed::NotQueued { now },
-            _ => anyhow::bail!("unexpected reply from the refresh script: {reply:?}"),
+            RefreshCode::NotQueued => Refreshed::NotQueued { now },
         })
     }
 }

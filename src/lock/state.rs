@@ -2,6 +2,7 @@
 //! (`lua/history.lua`), and what the user may not do to it (`lua/doctor.lua`).
 
 use super::record::{decode_each, time_and_records};
+use super::reply::{DoctorCode, Reply};
 use super::{HistoryEntry, Holder, Lock, Queued, Unreadable};
 use crate::conn::Session;
 use crate::keys::LockName;
@@ -107,7 +108,7 @@ impl Lock {
         &self,
         session: &mut Session,
     ) -> anyhow::Result<(u64, Vec<HistoryEntry>, Vec<Unreadable>)> {
-        let reply: Vec<String> = session.run(|con| {
+        let reply = session.run(|con| {
             scripts::HISTORY.call(
                 con,
                 HistoryInputs {
@@ -115,14 +116,14 @@ impl Lock {
                 },
             )
         })?;
-        time_and_records(&reply, "history", &self.keys.history, "a history entry")
+        time_and_records(reply, "history", &self.keys.history, "a history entry")
     }
 
     /// The commands redlock needs (lua/doctor.lua lists them) that the user may not run on
     /// this lock's keys, and the Pub/Sub commands of quorum mode's release notices it may not
     /// run on the lock's channel; `None` when the server cannot tell (before Redis 7).
     pub(crate) fn denied_commands(&self, session: &mut Session) -> anyhow::Result<Option<Denied>> {
-        let reply: Vec<redis::Value> = session.run(|con| {
+        let reply = session.run(|con| {
             scripts::DOCTOR.call(
                 con,
                 DoctorInputs {
@@ -132,15 +133,13 @@ impl Lock {
                 },
             )
         })?;
-        let mut reply = reply.into_iter();
-        let mut next = || reply.next().unwrap_or(redis::Value::Nil);
-        let checked: i64 = redis::from_redis_value(next())?;
-        if checked == 0 {
-            return Ok(None);
-        }
-        Ok(Some(Denied {
-            commands: redis::from_redis_value(next())?,
-            notices: redis::from_redis_value(next())?,
-        }))
+        let (code, mut reply) = Reply::open::<DoctorCode>("doctor", reply)?;
+        Ok(match code {
+            DoctorCode::Unchecked => None,
+            DoctorCode::Checked => Some(Denied {
+                commands: reply.field()?,
+                notices: reply.field()?,
+            }),
+        })
     }
 }
