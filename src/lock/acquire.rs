@@ -119,7 +119,7 @@ impl Lock {
                 },
             )
         })?;
-        let (code, mut reply) = Reply::open::<RaiseCode>("raise", reply)?;
+        let (code, mut reply) = Reply::open::<RaiseCode>(scripts::RAISE.file(), reply)?;
         let _now: u64 = reply.field()?;
         Ok(match code {
             RaiseCode::Raised => true,
@@ -149,7 +149,7 @@ impl Lock {
                     .map(|reply| (reply, None)),
             }
         })?;
-        let (code, mut reply) = Reply::open::<AcquireCode>("acquire", reply)?;
+        let (code, mut reply) = Reply::open::<AcquireCode>(scripts::ACQUIRE.file(), reply)?;
         match code {
             AcquireCode::Acquired => {
                 let fence: String = reply.field()?;

@@ -79,6 +79,11 @@ pub(super) fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Resu
     serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
 }
 
+/// What each kind of record is called where one cannot be read ([`Unreadable::what`]).
+pub(super) const HOLDER_RECORD: &str = "a holder record";
+pub(super) const QUEUE_ENTRY: &str = "a queue entry";
+pub(super) const HISTORY_ENTRY: &str = "a history entry";
+
 /// A record the scripts accepted that this version cannot read (a pid of -1, a number past
 /// its field's range): left out of what is shown, and named, so the reader can say so. Data
 /// in Redis is never a reason to fail.
@@ -86,7 +91,7 @@ pub(super) fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Resu
 pub struct Unreadable {
     /// The Redis key it is in.
     pub key: String,
-    /// `a holder record`, `a queue entry` or `a history entry`.
+    /// [`HOLDER_RECORD`], [`QUEUE_ENTRY`] or [`HISTORY_ENTRY`].
     pub what: &'static str,
     /// Why it cannot be read (the field and what is wrong with it).
     pub why: String,

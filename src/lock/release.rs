@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::record::time_and_records;
+use super::record::{HOLDER_RECORD, time_and_records};
 use super::reply::{LeaveCode, ReleaseCode, Reply};
 use super::{CANCEL_MARK_TTL, GRANT, Holder, Lock, Token, Unreadable, WAKE_TTL, Waiter, ms};
 use crate::conn::Session;
@@ -82,7 +82,7 @@ impl Lock {
     /// nothing behind.
     pub fn leave(&self, session: &mut Session, waiter: &Waiter, mark: bool) -> anyhow::Result<()> {
         let reply = self.release_script(session, ReleaseOp::Leave { waiter, mark })?;
-        match Reply::open::<LeaveCode>("release", reply)?.0 {
+        match Reply::open::<LeaveCode>(scripts::RELEASE.file(), reply)?.0 {
             LeaveCode::Left => Ok(()),
         }
     }
@@ -103,7 +103,7 @@ impl Lock {
             ending,
         };
         let reply = self.release_script(session, ReleaseOp::Token(request))?;
-        let (code, mut reply) = Reply::open::<ReleaseCode>("release", reply)?;
+        let (code, mut reply) = Reply::open::<ReleaseCode>(scripts::RELEASE.file(), reply)?;
         Ok(match code {
             ReleaseCode::Released => Release::Released,
             ReleaseCode::NotHeld => Release::NotHeld,
@@ -128,7 +128,12 @@ impl Lock {
             ..Ending::default()
         };
         let reply = self.release_script(session, ReleaseOp::Force(&ending))?;
-        time_and_records(reply, "release", &self.keys.holders, "a holder record")
+        time_and_records(
+            reply,
+            scripts::RELEASE.file(),
+            &self.keys.holders,
+            HOLDER_RECORD,
+        )
     }
 
     /// Runs `lua/release.lua`.

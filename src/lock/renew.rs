@@ -52,7 +52,7 @@ impl Lock {
                 None => scripts::EXTEND.call(con, inputs).map(|reply| (reply, None)),
             }
         })?;
-        let (code, mut reply) = Reply::open::<ExtendCode>("extend", reply)?;
+        let (code, mut reply) = Reply::open::<ExtendCode>(scripts::EXTEND.file(), reply)?;
         let _now: u64 = reply.field()?;
         match (code, replicas, acknowledged) {
             (ExtendCode::NotHeld, ..) => Ok(false),
@@ -81,7 +81,7 @@ impl Lock {
                 },
             )
         })?;
-        let (code, mut reply) = Reply::open::<RefreshCode>("refresh", reply)?;
+        let (code, mut reply) = Reply::open::<RefreshCode>(scripts::REFRESH.file(), reply)?;
         let now = reply.field()?;
         let mut size = || {
             reply

@@ -120,6 +120,7 @@ codes! {
 
 /// A script's reply being read: the fields after its code, in order.
 pub(super) struct Reply {
+    /// The script's file in `lua/`, for the error.
     script: &'static str,
     /// The whole reply, code first, for the error that quotes it.
     values: Vec<Value>,
@@ -127,8 +128,8 @@ pub(super) struct Reply {
 }
 
 impl Reply {
-    /// The code that opens `reply` from `script` (alone, or first in an array), and the
-    /// reply, to read the fields after it.
+    /// The code that opens `reply` from `script` (its file in `lua/`): alone, or first in an
+    /// array; and the reply, to read the fields after it.
     pub(super) fn open<C: Code>(script: &'static str, reply: Value) -> anyhow::Result<(C, Self)> {
         let values = match reply {
             Value::Array(values) => values,
@@ -183,7 +184,7 @@ pub(super) fn unexpected(script: &str, reply: &[Value]) -> anyhow::Error {
     fail(
         Failure::Unavailable,
         format!(
-            "unexpected reply to redlock's {script} script ({quoted}): not a Redis server redlock can use"
+            "unexpected reply to redlock's {script} ({quoted}): not a Redis server redlock can use"
         ),
     )
 }
@@ -317,22 +318,24 @@ mod tests {
             Value::Array(vec![Value::Int(-4), Value::Int(1)]),
             Value::Array(vec![Value::SimpleString("1".into())]),
         ] {
-            let err = Reply::open::<AcquireCode>("acquire", reply).err().unwrap();
+            let err = Reply::open::<AcquireCode>("acquire.lua", reply)
+                .err()
+                .unwrap();
             assert_eq!(crate::exit::failure_of(&err), Some(Failure::Unavailable));
-            assert!(err.to_string().contains("acquire script"), "{err}");
+            assert!(err.to_string().contains("acquire.lua"), "{err}");
         }
         let (code, mut reply) = Reply::open::<ReleaseCode>(
-            "release",
+            "release.lua",
             Value::Array(vec![Value::Int(2), Value::Int(1500)]),
         )
         .unwrap();
         assert_eq!(code, ReleaseCode::Kept);
         assert_eq!(reply.field::<u64>().unwrap(), 1500);
         assert!(reply.field::<u64>().is_err(), "past the last field");
-        let (code, _) = Reply::open::<ReleaseCode>("release", Value::Int(0)).unwrap();
+        let (code, _) = Reply::open::<ReleaseCode>("release.lua", Value::Int(0)).unwrap();
         assert_eq!(code, ReleaseCode::NotHeld);
         let long = Value::Array(vec![Value::Int(9); 1000]);
-        let err = Reply::open::<LeaveCode>("release", long).err().unwrap();
+        let err = Reply::open::<LeaveCode>("release.lua", long).err().unwrap();
         assert!(err.to_string().len() < 400, "{err}");
     }
 }

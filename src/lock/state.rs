@@ -1,7 +1,7 @@
 //! Reading a lock without changing it: its state (`lua/inspect.lua`), its history
 //! (`lua/history.lua`), and what the user may not do to it (`lua/doctor.lua`).
 
-use super::record::{decode_each, time_and_records};
+use super::record::{HISTORY_ENTRY, HOLDER_RECORD, QUEUE_ENTRY, decode_each, time_and_records};
 use super::reply::{DoctorCode, Reply};
 use super::{HistoryEntry, Holder, Lock, Queued, Unreadable};
 use crate::conn::Session;
@@ -79,13 +79,13 @@ impl Lock {
         })?;
         let mut unreadable = Vec::new();
         let mut holders: Vec<Holder> =
-            decode_each(&holders, &keys.holders, "a holder record", &mut unreadable);
+            decode_each(&holders, &keys.holders, HOLDER_RECORD, &mut unreadable);
         holders.sort_by_key(|holder| (holder.since, holder.fence));
-        let waiters = decode_each(&waiters, &keys.waiters, "a queue entry", &mut unreadable);
+        let waiters = decode_each(&waiters, &keys.waiters, QUEUE_ENTRY, &mut unreadable);
         let last_run = decode_each(
             &Vec::from_iter(last_run),
             &keys.history,
-            "a history entry",
+            HISTORY_ENTRY,
             &mut unreadable,
         )
         .pop();
@@ -116,7 +116,12 @@ impl Lock {
                 },
             )
         })?;
-        time_and_records(reply, "history", &self.keys.history, "a history entry")
+        time_and_records(
+            reply,
+            scripts::HISTORY.file(),
+            &self.keys.history,
+            HISTORY_ENTRY,
+        )
     }
 
     /// The commands redlock needs (lua/doctor.lua lists them) that the user may not run on
@@ -133,7 +138,7 @@ impl Lock {
                 },
             )
         })?;
-        let (code, mut reply) = Reply::open::<DoctorCode>("doctor", reply)?;
+        let (code, mut reply) = Reply::open::<DoctorCode>(scripts::DOCTOR.file(), reply)?;
         Ok(match code {
             DoctorCode::Unchecked => None,
             DoctorCode::Checked => Some(Denied {
