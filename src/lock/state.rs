@@ -49,20 +49,24 @@ pub struct LockState {
     pub unreadable: Vec<Unreadable>,
 }
 
+/// What `lua/inspect.lua` answers, in its order: the server's time, the last fence, holder
+/// records, queue entries, how many holders are live, the queue's length, the last hold that
+/// is over.
+type InspectReply = (
+    u64,
+    Option<u64>,
+    Vec<String>,
+    Vec<String>,
+    usize,
+    usize,
+    Option<String>,
+);
+
 impl Lock {
     /// Reads the lock's state without changing it.
     pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
         let keys = &self.keys;
-        #[allow(clippy::type_complexity)]
-        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run): (
-            u64,
-            Option<u64>,
-            Vec<String>,
-            Vec<String>,
-            usize,
-            usize,
-            Option<String>,
-        ) = session.run(|con| {
+        let reply: InspectReply = session.run(|con| {
             scripts::INSPECT.call(
                 con,
                 InspectInputs {
@@ -77,6 +81,7 @@ impl Lock {
                 },
             )
         })?;
+        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run) = reply;
         let mut unreadable = Vec::new();
         let mut holders: Vec<Holder> =
             decode_each(&holders, &keys.holders, HOLDER_RECORD, &mut unreadable);
