@@ -7,7 +7,7 @@
 //!
 //! A script's KEYS and ARGV are named, not numbered: each script opens with
 //! `inputs({key names...}, {argument names...})`, and here one struct per script has a field
-//! per name, in the same order ([`inputs!`]). A call fills the struct by name, so a value cannot
+//! per name, in the same order (`inputs!`). A call fills the struct by name, so a value cannot
 //! land in another's place or be left out without a compile error, and a test checks the
 //! struct's names against the script's.
 

@@ -8,6 +8,8 @@
 //! - `wake`: a waiter's place in the queue and the wake-ups scripts send it.
 //! - `acquire`, `release`, `renew`: the operations that change a lock.
 //! - `state`: the reads (inspect, history, the doctor's ACL check); `list`: every held lock.
+//! - `reply`: the status codes that open the scripts' replies, by name, as the scripts name
+//!   them; a reply that is none of them is an error.
 
 mod acquire;
 mod list;

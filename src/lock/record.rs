@@ -91,7 +91,7 @@ pub(super) const HISTORY_ENTRY: &str = "a history entry";
 pub struct Unreadable {
     /// The Redis key it is in.
     pub key: String,
-    /// [`HOLDER_RECORD`], [`QUEUE_ENTRY`] or [`HISTORY_ENTRY`].
+    /// `a holder record`, `a queue entry` or `a history entry`.
     pub what: &'static str,
     /// Why it cannot be read (the field and what is wrong with it).
     pub why: String,

@@ -18,8 +18,8 @@ pub enum Refreshed {
         length: usize,
     },
     /// Not queued any more: the lock was handed over (the grant is on the wake list; an
-    /// `acquire` with [`Queueing::Stay`] claims it) or the entry expired (that call says
-    /// [`Acquisition::Gone`]).
+    /// `acquire` with [`Queueing::Stay`](super::Queueing::Stay) claims it) or the entry expired (that call says
+    /// [`Acquisition::Gone`](super::Acquisition::Gone)).
     NotQueued { now: u64 },
 }
 

@@ -14,7 +14,7 @@ pub const WAKE_TTL: Duration = Duration::from_secs(5);
 /// What a script pushed onto a waiter's wake list (see `hand_off` in `lua/prelude.lua`).
 #[derive(Debug)]
 pub enum Wake {
-    /// The lock was handed to this waiter: a grant of [`GRANT`] with this fence, ending at
+    /// The lock was handed to this waiter: a grant of [`GRANT`](super::GRANT) with this fence, ending at
     /// `expires` (server time, Unix ms). The waiter's next acquire call, or an extend, turns
     /// it into a full lease.
     Granted { fence: u64, expires: u64 },
@@ -52,8 +52,8 @@ pub struct Waiter {
     pub id: String,
     pub token: Token,
     /// Claims a lock handed over with a call of its own (`acquire`), rather than starting on
-    /// the grant (`run`): it is handed a [`CLAIM_GRANT`], so dying as its turn comes costs the
-    /// queue that much, not a [`GRANT`].
+    /// the grant (`run`): it is handed a [`CLAIM_GRANT`](super::CLAIM_GRANT), so dying as its turn comes costs the
+    /// queue that much, not a [`GRANT`](super::GRANT).
     pub claims: bool,
 }
 
