@@ -1,11 +1,12 @@
 -- acquire: take the lock, claim a lock handed over to the caller, re-enter a lock the caller's
 -- token already holds, or join / refresh the FIFO queue. Nobody barges: free room goes to the
 -- queue's head first.
--- Returns {1, fence, now_ms} when acquired (or re-entered); {0, now_ms, holder_json or false,
--- position, length, hint_ms} when not (position 0: not queued; hint: when to call again, at
--- the latest); {-1, now_ms} when `stay` is set and the caller is neither queued nor handed the
--- lock; {-2, now_ms} when re-entering with a token that does not hold the lock; {-3, now_ms}
--- when the token's sender gave up on it (see below).
+-- Returns (codes: REPLY.acquire in the prelude) {acquired, fence, now_ms} when acquired (or
+-- re-entered); {busy, now_ms, holder_json or false, position, length, hint_ms} when not
+-- (position 0: not queued; hint: when to call again, at the latest); {gone, now_ms} when
+-- `stay` is set and the caller is neither queued nor handed the lock; {not_held, now_ms} when
+-- re-entering with a token that does not hold the lock; {cancelled, now_ms} when the token's
+-- sender gave up on it (see below).
 -- Every check happens before the first write, so an error reply leaves Redis untouched.
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
@@ -14,7 +15,7 @@ local refused, key, arg = inputs(
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
-if redis.call('GET', key.cancel) then return {-3, server_now()} end
+if redis.call('GET', key.cancel) then return {REPLY.acquire.cancelled, server_now()} end
 local token, ttl, waiter = arg.token, tonumber(arg.ttl_ms), arg.waiter
 local stay, reenter = arg.stay == '1', arg.reenter == '1'
 local entry_ttl, grant, wake_ttl = tonumber(arg.entry_ttl_ms), tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
@@ -70,11 +71,11 @@ for _, other in ipairs({first and first[2] or false, head and head[2] or false, 
   end
 end
 
-if reenter and mine == nil then return {-2, now} end
+if reenter and mine == nil then return {REPLY.acquire.not_held, now} end
 if reenter and request.mode == 'exclusive' and mine.mode == 'shared' then
   return redis.error_reply('MODE the lock is held shared by this token; it cannot be re-entered exclusively')
 end
-if stay and mine == nil and not queued then return {-1, now} end
+if stay and mine == nil and not queued then return {REPLY.acquire.gone, now} end
 
 -- From here on, writes.
 begin_writes(lock)
@@ -101,7 +102,7 @@ local function acquired(record, new)
   hand_off(lock, nil, grant, wake_ttl)
   lease_head(lock, wake_ttl)
   settle(lock)
-  return {1, record.fence, now}
+  return {REPLY.acquire.acquired, record.fence, now}
 end
 
 if mine then
@@ -183,4 +184,5 @@ lease_head(lock, wake_ttl)
 settle(lock)
 
 refused, first = first_holder(lock)
-return {0, now, first and first[3] or false, position, lock.length, entry and entry.due - now or hint_at(position)}
+return {REPLY.acquire.busy, now, first and first[3] or false, position, lock.length,
+  entry and entry.due - now or hint_at(position)}

@@ -3,11 +3,12 @@
 -- ask). Read-only.
 -- Every command is asked about with a whole, valid list of arguments: Redis 7.0 reads the keys
 -- of a command from its arguments, and crashes on a command given too few.
--- Returns {checked (1 or 0), {denied command...}, {denied Pub/Sub command...}}: the second
--- list is about quorum mode's release notices on the lock's channel, which are best effort.
+-- Returns (codes: REPLY.doctor in the prelude) {checked, {denied command...}, {denied Pub/Sub
+-- command...}}, or {unchecked} on a server that cannot ask: the second list is about quorum
+-- mode's release notices on the lock's channel, which are best effort.
 local refused, key, arg = inputs({'sample'}, {'script_sha', 'channel'})
 if refused then return refused end
-if not redis.acl_check_cmd then return {0} end
+if not redis.acl_check_cmd then return {REPLY.doctor.unchecked} end
 local k = key.sample
 local checks = {
   {'evalsha', arg.script_sha, '1', k}, {'eval', 'return 1', '1', k}, {'blpop', k, '1'},
@@ -26,4 +27,4 @@ local function denied(list)
   end
   return names
 end
-return {1, denied(checks), denied(notices)}
+return {REPLY.doctor.checked, denied(checks), denied(notices)}

@@ -3,7 +3,8 @@
 -- renewal still on its way when the run released must not hold it a whole lease longer).
 -- `keeper`: the pid of the process renewing it for `acquire --keep-alive` ('' = none), kept in
 -- the record beside the caller's.
--- Returns {1, now_ms} when extended, {0, now_ms} when the token holds nothing.
+-- Returns (codes: REPLY.extend in the prelude) {extended, now_ms} when extended, {not_held,
+-- now_ms} when the token holds nothing.
 local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms', 'keeper'})
 if refused then return refused end
 local token, ttl = arg.token, tonumber(arg.ttl_ms)
@@ -18,7 +19,7 @@ if refused then return refused end
 local mine
 refused, mine = holder_of(lock, token)
 if refused then return refused end
-if mine == nil or mine.over then return {0, lock.now} end
+if mine == nil or mine.over then return {REPLY.extend.not_held, lock.now} end
 
 -- From here on, writes.
 begin_writes(lock)
@@ -27,4 +28,4 @@ if arg.keeper ~= '' then mine.keeper = tonumber(arg.keeper) end
 put_holder(lock, token, mine, false)
 history_change(lock, mine.fence, function(entry) entry.exp = mine.exp end)
 settle(lock)
-return {1, lock.now}
+return {REPLY.extend.extended, lock.now}

@@ -50,6 +50,19 @@ local HISTORY_CAP = 100
 local HISTORY_TRIM = 1000
 local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
 
+-- The status code that opens each script's reply, by name: `REPLY.<script>.<name>` (a release
+-- with op 'leave' answers from REPLY.leave). Only the number crosses to redlock, which names
+-- the same codes (src/lock/reply.rs: a test compares the two; README.md has the table).
+local REPLY = {
+  acquire = {acquired = 1, busy = 0, gone = -1, not_held = -2, cancelled = -3},
+  release = {released = 1, not_held = 0, kept = 2, still_held = 3},
+  leave = {left = 1},
+  extend = {extended = 1, not_held = 0},
+  raise = {raised = 1, not_held = 0},
+  refresh = {queued = 1, not_queued = 0},
+  doctor = {checked = 1, unchecked = 0},
+}
+
 -- redlock needs Redis 6.0 or later (README, "Supported servers"). Older servers are refused
 -- before anything is read or written, naming the version found: 6.0 gave scripts
 -- redis.setresp, which older ones lack. (INFO under pcall: a rename may hide it; an older

@@ -4,8 +4,9 @@
 -- its history entry carry it, so any later majority sees a counter at least this high.
 -- Token-checked: only a master where the token holds the lock is raised (the fencing argument
 -- needs exactly those: README, "Fences over a quorum").
--- Returns {1, now_ms} when raised, {0, now_ms} when the token holds nothing here; an error reply
--- for a fence that is not decimal digits below the maximum (nothing changed).
+-- Returns (codes: REPLY.raise in the prelude) {raised, now_ms} when raised, {not_held, now_ms}
+-- when the token holds nothing here; an error reply for a fence that is not decimal digits
+-- below the maximum (nothing changed).
 local refused, key, arg = inputs({'holders', 'leases', 'fence', 'history'}, {'token', 'issued'})
 if refused then return refused end
 local token, fence = arg.token, arg.issued
@@ -23,7 +24,7 @@ if refused then return refused end
 local mine
 refused, mine = holder_of(lock, token)
 if refused then return refused end
-if mine == nil then return {0, lock.now} end
+if mine == nil then return {REPLY.raise.not_held, lock.now} end
 
 -- From here on, writes.
 begin_writes(lock)
@@ -45,4 +46,4 @@ if before ~= fence then
   end
 end
 settle(lock)
-return {1, lock.now}
+return {REPLY.raise.raised, lock.now}

@@ -1,7 +1,7 @@
 -- refresh: keep a waiter's queue entry alive, reading nothing but that entry and its place.
--- Returns {1, now_ms, position, length} when refreshed; {0, now_ms} when the waiter is not
--- queued (any more): it was handed the lock (see its wake list, or call acquire to claim it),
--- or its entry expired.
+-- Returns (codes: REPLY.refresh in the prelude) {queued, now_ms, position, length} when
+-- refreshed; {not_queued, now_ms} when the waiter is not queued (any more): it was handed the
+-- lock (see its wake list, or call acquire to claim it), or its entry expired.
 local refused, key, arg = inputs({'queue', 'waiters'}, {'waiter', 'entry_ttl_ms'})
 if refused then return refused end
 local lock = {key = key, now = server_now()}
@@ -11,7 +11,7 @@ refused, json = read(key.waiters, 'HGET', key.waiters, arg.waiter)
 if refused then return refused end
 local entry = decode_entry(json)
 if json and not entry then return foreign(key.waiters, 'holds a field') end
-if entry == nil or entry.exp <= lock.now then return {0, lock.now} end
+if entry == nil or entry.exp <= lock.now then return {REPLY.refresh.not_queued, lock.now} end
 refused, rank = read(key.queue, 'ZRANK', key.queue, arg.waiter)
 if refused then return refused end
 if not rank then return foreign(key.waiters, 'holds a field') end
@@ -28,4 +28,4 @@ entry.exp = lock.now + entry_life(rank + 1, entry_ttl)
 entry.due = lock.now + math.floor(entry_ttl / 3)
 put_entry(lock, arg.waiter, entry, lock.now + entry_ttl)
 settle(lock)
-return {1, lock.now, rank + 1, redis.call('ZCARD', key.queue)}
+return {REPLY.refresh.queued, lock.now, rank + 1, redis.call('ZCARD', key.queue)}

@@ -12,9 +12,10 @@
 -- given back. A token that holds nothing but names the `fence` it
 -- held (a `run` whose lease was lost) marks that entry lost, unless it already ended; either
 -- way the exit status is recorded there.
--- Returns for 'token': 1 released, {2, kept_ms} kept for the minimum hold, {3, holds_left}
--- still held by outer invocations, 0 the token holds nothing (nothing changed); for 'force':
--- {now_ms, holder_json...} of the evicted holders; for 'leave': 1.
+-- Returns for 'token' (codes: REPLY.release in the prelude): released, {kept, kept_ms} kept for
+-- the minimum hold, {still_held, holds_left} still held by outer invocations, not_held the
+-- token holds nothing (nothing changed); for 'force': {now_ms, holder_json...} of the evicted
+-- holders; for 'leave': REPLY.leave.left.
 -- Quorum mode (README, "Several masters") passes the channel its waiters listen on as `notify`:
 -- a hold that ends here is published there. Under pcall: a user that may not publish makes its
 -- waiters fall back to their backoff, never the release fail.
@@ -45,7 +46,7 @@ if op == 'token' and mine == nil then
     end)
     settle(lock)
   end
-  return 0
+  return REPLY.release.not_held
 end
 -- The head of the queue gets any room made: an entry there that is not redlock's refuses now.
 refused = peek_head(lock)
@@ -68,7 +69,7 @@ end
 
 -- From here on, writes.
 begin_writes(lock)
-local reply = 1
+local reply = REPLY.release.released
 if op == 'force' then
   redis.call('DEL', key.holders, key.leases)
   lock.live, lock.exclusive, lock.first, lock.holders_changed = 0, false, nil, false
@@ -77,6 +78,7 @@ if op == 'force' then
   end
   reply = evicted
 elseif op == 'leave' then
+  reply = REPLY.leave.left
   -- (No mark when no request of the token can still arrive: nothing is left behind.)
   if tonumber(arg.mark_ttl_ms) > 0 then redis.call('SET', key.cancel, '1', 'PX', arg.mark_ttl_ms) end
   remove_entry(lock, waiter)
@@ -87,13 +89,13 @@ if mine and op ~= 'force' then
   if op == 'token' and (mine.count or 1) > 1 then
     mine.count = mine.count - 1
     put_holder(lock, token, mine, false)
-    reply = {3, mine.count}
+    reply = {REPLY.release.still_held, mine.count}
   elseif op == 'token' and keep_until > now then
     -- The hold is over; the lock stays taken until the minimum hold has passed.
     mine.exp, mine.ttl, mine.over = keep_until, keep_until - now, true
     put_holder(lock, token, mine, false)
     history_change(lock, mine.fence, ended(now, 'released', arg.exit, arg.signal, arg.why))
-    reply = {2, keep_until - now}
+    reply = {REPLY.release.kept, keep_until - now}
   else
     remove_holder(lock, token, mine)
     local how = op == 'token' and 'released' or 'given back'

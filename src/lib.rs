@@ -17,7 +17,8 @@
 //! Engine:
 //! - `lock`: acquire, extend, release, inspect, list one lock: arguments in, replies decoded;
 //!   `scripts` compiles in the Lua scripts of `lua/` (EVALSHA, EVAL after a cache flush);
-//!   `keys` names the Redis keys of a lock under one hash tag.
+//!   `keys` names the Redis keys of a lock under one hash tag; `identity` is who this process
+//!   is (host, pid, user, command), as the records show it.
 //! - `doctor`: what a server's configuration does to the safety of locks.
 //! - `conn`: reaching Redis: URL, password, timeouts, errors classified by outcome.
 //! - `acquire`: taking a lock, re-entering it, or waiting: in its FIFO queue on one Redis (a
@@ -41,6 +42,7 @@ mod duration;
 pub mod exit;
 mod failpoint;
 mod files;
+mod identity;
 mod inbox;
 pub mod keys;
 mod lease;

@@ -7,7 +7,7 @@
 //!
 //! A script's KEYS and ARGV are named, not numbered: each script opens with
 //! `inputs({key names...}, {argument names...})`, and here one struct per script has a field
-//! per name, in the same order ([`inputs!`]). A call fills the struct by name, so a value cannot
+//! per name, in the same order (`inputs!`). A call fills the struct by name, so a value cannot
 //! land in another's place or be left out without a compile error, and a test checks the
 //! struct's names against the script's.
 
@@ -18,8 +18,10 @@ use redis::{
     ToRedisArgs, Value,
 };
 
-/// One Lua script: its text, the SHA-1 Redis knows it by, and the struct of its inputs.
+/// One Lua script: its file, its text, the SHA-1 Redis knows it by, and the struct of its
+/// inputs.
 pub(crate) struct Script<I> {
+    file: &'static str,
     body: &'static str,
     sha: &'static str,
     inputs: PhantomData<fn(I)>,
@@ -33,6 +35,7 @@ macro_rules! script {
         );
         const SHA: [u8; 40] = sha1_hex(BODY.as_bytes());
         Script {
+            file: $file,
             body: BODY,
             sha: match std::str::from_utf8(&SHA) {
                 Ok(sha) => sha,
@@ -164,6 +167,11 @@ impl<I: Inputs> Script<I> {
     /// The SHA-1 Redis knows the script by.
     pub(crate) fn sha(&self) -> &'static str {
         self.sha
+    }
+
+    /// The script's file in `lua/`, as messages name it.
+    pub(crate) fn file(&self) -> &'static str {
+        self.file
     }
 
     /// EVALSHA with `inputs`, or EVAL once when the server does not have the script.

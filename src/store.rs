@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, NoReply, failure_of, no_reply};
-use crate::lock::{Ending, Lock, Release, Replicas, Token};
+use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Token};
 use crate::log::Log;
 use crate::quorum::Quorum;
 
@@ -54,19 +54,20 @@ impl Store {
     /// (a server that dropped it while idle) or could not be made. Any other failure (a
     /// timeout, a TLS error, an error reply from something between) may leave it to run: this
     /// returns its error.
-    // The release's own inputs (as `Lock::release` takes them) and how to bound and log it.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &self,
         lock: &Lock,
         session: Option<Session>,
-        token: &Token,
-        min_hold: Duration,
-        ending: &Ending,
+        request: &ReleaseRequest<'_>,
         bound: Duration,
         log: Log,
     ) -> anyhow::Result<Release> {
         let deadline = BootInstant::now() + bound;
+        let &ReleaseRequest {
+            token,
+            min_hold,
+            ending,
+        } = request;
         let target = match self {
             Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
             Store::One(target) => target,

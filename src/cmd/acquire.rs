@@ -9,7 +9,7 @@ use crate::acquire::Outcome;
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Lock};
+use crate::lock::{Ending, Lock, ReleaseRequest};
 use crate::log::printable;
 use crate::signals::Signals;
 
@@ -130,9 +130,11 @@ fn give_back(
         .release(
             lock,
             session,
-            token,
-            Duration::ZERO,
-            &Ending::default(),
+            &ReleaseRequest {
+                token,
+                min_hold: Duration::ZERO,
+                ending: &Ending::default(),
+            },
             context.command_timeout,
             context.log,
         )

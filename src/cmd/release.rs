@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Identity, Release};
+use crate::lock::{Ending, Identity, Release, ReleaseRequest};
 use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
@@ -54,15 +54,15 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         exit: args.exit_status,
         ..Ending::default()
     };
-    let released = context.store.release(
-        &lock,
-        None,
+    let request = ReleaseRequest {
         token,
-        Duration::ZERO,
-        &ending,
-        context.command_timeout,
-        context.log,
-    )?;
+        min_hold: Duration::ZERO,
+        ending: &ending,
+    };
+    let released =
+        context
+            .store
+            .release(&lock, None, &request, context.command_timeout, context.log)?;
     match released {
         Release::Released | Release::Kept(_) => {
             context.log.step(format_args!("released '{key}'"));

@@ -15,7 +15,7 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::duration;
 use crate::inbox::{Inbox, Incoming};
 use crate::lease::{Confirmed, HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
-use crate::lock::{Ending, Lock, Token};
+use crate::lock::{Ending, Lock, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
 use crate::store::Store;
@@ -128,15 +128,12 @@ pub(crate) fn keep(
 
 /// Token-checked release, bounded: the keeper is on its way out.
 fn release(store: &Store, lock: &Lock, token: &Token, log: Log) {
-    let released = store.release(
-        lock,
-        None,
+    let request = ReleaseRequest {
         token,
-        Duration::ZERO,
-        &Ending::default(),
-        HASTY_RELEASE,
-        log,
-    );
+        min_hold: Duration::ZERO,
+        ending: &Ending::default(),
+    };
+    let released = store.release(lock, None, &request, HASTY_RELEASE, log);
     if let Err(err) = released {
         log.warn(format_args!(
             "could not release lock '{}' ({err:#}); its lease runs out by itself",

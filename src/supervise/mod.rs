@@ -35,7 +35,7 @@ use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
 use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
-use crate::lock::{Ending, Lock, Release, Token};
+use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
 use crate::store::Store;
@@ -529,7 +529,12 @@ impl FinalRelease<'_> {
         let (lock, store, token) = (self.lock.clone(), self.store.clone(), self.token.clone());
         let log = self.log;
         self.worker.run(&self.inbox.reporter(), move || {
-            let released = store.release(&lock, session, &token, min_hold, &report, bound, log);
+            let request = ReleaseRequest {
+                token: &token,
+                min_hold,
+                ending: &report,
+            };
+            let released = store.release(&lock, session, &request, bound, log);
             Reply::Released(released)
         });
         let released = loop {

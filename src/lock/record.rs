@@ -1,0 +1,188 @@
+//! The records the scripts keep in Redis (holder records, queue entries, history entries) as
+//! this version reads them, and the decoding that leaves out, and names, what it cannot read.
+
+use serde::Deserialize;
+
+use super::Identity;
+use super::reply::unexpected;
+
+/// One holder as stored in Redis. Times are the server's clock, in milliseconds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Holder {
+    /// `exclusive`, `shared` or `semaphore`.
+    pub mode: String,
+    /// The semaphore's limit (0 for other modes).
+    #[serde(default)]
+    pub limit: u32,
+    /// Holds by this token: more than 1 when nested invocations re-entered the lock.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Stored as a string (Lua's numbers print 14 significant digits); read either way.
+    #[serde(deserialize_with = "number_or_string")]
+    pub fence: u64,
+    #[serde(flatten)]
+    pub who: Identity,
+    /// Acquired at (Unix ms, server time).
+    pub since: u64,
+    /// Lease length of the last acquire or extend (ms).
+    pub ttl: u64,
+    /// Expires at (Unix ms, server time).
+    pub exp: u64,
+    /// The hold is over (the run ended) and the lock is only kept for its minimum hold
+    /// (`run --min-hold`).
+    #[serde(default)]
+    pub over: bool,
+    /// A hand-over grant its waiter has not yet claimed or renewed.
+    #[serde(default)]
+    pub granted: bool,
+    /// The pid of the keeper renewing it (`acquire --keep-alive`), on the same host.
+    #[serde(default)]
+    pub keeper: Option<u32>,
+}
+
+impl Holder {
+    /// When its lease was last set (acquired, renewed or extended), server ms.
+    pub fn renewed(&self) -> u64 {
+        self.exp.saturating_sub(self.ttl)
+    }
+}
+
+/// One queued waiter as stored in Redis (its token is never read back).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Queued {
+    pub mode: String,
+    #[serde(flatten)]
+    pub who: Identity,
+    /// Joined the queue at (Unix ms, server time).
+    pub since: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A u64 written as a JSON number or as a string of digits.
+fn number_or_string<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Number(u64),
+        Text(String),
+    }
+    match Either::deserialize(deserializer)? {
+        Either::Number(n) => Ok(n),
+        Either::Text(text) => text.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+pub(super) fn decode<T: serde::de::DeserializeOwned>(json: &str) -> anyhow::Result<T> {
+    serde_json::from_str(json).map_err(|err| anyhow::anyhow!("unreadable record {json:?}: {err}"))
+}
+
+/// What each kind of record is called where one cannot be read ([`Unreadable::what`]).
+pub(super) const HOLDER_RECORD: &str = "a holder record";
+pub(super) const QUEUE_ENTRY: &str = "a queue entry";
+pub(super) const HISTORY_ENTRY: &str = "a history entry";
+
+/// A record the scripts accepted that this version cannot read (a pid of -1, a number past
+/// its field's range): left out of what is shown, and named, so the reader can say so. Data
+/// in Redis is never a reason to fail.
+#[derive(Debug, Clone)]
+pub struct Unreadable {
+    /// The Redis key it is in.
+    pub key: String,
+    /// `a holder record`, `a queue entry` or `a history entry`.
+    pub what: &'static str,
+    /// Why it cannot be read (the field and what is wrong with it).
+    pub why: String,
+}
+
+/// Decodes the records in `key`; those that do not decode are noted in `unreadable`.
+pub(super) fn decode_each<T: serde::de::DeserializeOwned>(
+    records: &[String],
+    key: &str,
+    what: &'static str,
+    unreadable: &mut Vec<Unreadable>,
+) -> Vec<T> {
+    records
+        .iter()
+        .filter_map(|json| match serde_json::from_str(json) {
+            Ok(record) => Some(record),
+            Err(err) => {
+                unreadable.push(Unreadable {
+                    key: key.to_owned(),
+                    what,
+                    why: err.to_string(),
+                });
+                None
+            }
+        })
+        .collect()
+}
+
+/// A reply that is the server's time followed by JSON records (`force` release, `history`),
+/// the records of `key` that do not decode left out and noted.
+pub(super) fn time_and_records<T: serde::de::DeserializeOwned>(
+    reply: redis::Value,
+    script: &str,
+    key: &str,
+    what: &'static str,
+) -> anyhow::Result<(u64, Vec<T>, Vec<Unreadable>)> {
+    let strings: Option<Vec<String>> = redis::from_redis_value_ref(&reply).ok();
+    let Some((now, records)) = strings
+        .as_deref()
+        .and_then(<[String]>::split_first)
+        .and_then(|(now, records)| Some((now.parse().ok()?, records)))
+    else {
+        return Err(unexpected(script, std::slice::from_ref(&reply)));
+    };
+    let mut unreadable = Vec::new();
+    let records = decode_each(records, key, what, &mut unreadable);
+    Ok((now, records, unreadable))
+}
+
+/// One hold in a lock's history. Times are the server's clock, in Unix milliseconds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HistoryEntry {
+    #[serde(deserialize_with = "number_or_string")]
+    pub fence: u64,
+    pub mode: String,
+    #[serde(default)]
+    pub limit: u32,
+    #[serde(flatten)]
+    pub who: Identity,
+    pub since: u64,
+    /// The lease's end as last set (by the acquisition or a renewal).
+    pub exp: u64,
+    /// When the hold ended, if it did before its lease ran out.
+    #[serde(default)]
+    pub ended: Option<u64>,
+    /// `released`, `forced`, `given back` or `lost` (with `ended`).
+    #[serde(default)]
+    pub outcome: Option<String>,
+    #[serde(default)]
+    pub exit: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why it ended, when someone said: a limit that stopped the command, who forced it.
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+impl HistoryEntry {
+    /// How the hold stands at server time `now`: its outcome, `expired` when its lease ran out
+    /// first, or `holding`.
+    pub fn status(&self, now: u64) -> &str {
+        match (&self.outcome, self.ended) {
+            (Some(outcome), _) => outcome,
+            (None, Some(_)) => "ended",
+            (None, None) if self.exp <= now => "expired",
+            (None, None) => "holding",
+        }
+    }
+
+    /// When the hold ended: given, or the lease's end once that has passed.
+    pub fn end(&self, now: u64) -> Option<u64> {
+        self.ended.or((self.exp <= now).then_some(self.exp))
+    }
+}
