@@ -48,7 +48,6 @@ pub mod keys;
 mod lease;
 pub mod lock;
 pub mod log;
-mod quorum;
 mod scripts;
 mod signals;
 mod store;

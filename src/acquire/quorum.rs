@@ -18,8 +18,8 @@ use crate::inbox::{Inbox, Incoming, Reporter, Worker};
 use crate::lease::{Confirmed, HASTY_RELEASE};
 use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
-use crate::quorum::{Attempt, Quorum, transient};
 use crate::signals::{self, Signals};
+use crate::store::{Attempt, OneRedisOnly, Quorum, transient};
 
 use super::{Ask, Held, Outcome, Wait, backoff};
 
@@ -62,7 +62,7 @@ pub(crate) fn acquire(
     if let Mode::Semaphore(_) = ask.mode {
         return Err(fail(
             Failure::Usage,
-            "--limit: not in quorum mode (each master could admit a different set of holders)",
+            crate::store::refusal(OneRedisOnly::Limit),
         ));
     }
     let mut rounds = Rounds {

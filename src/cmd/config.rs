@@ -3,7 +3,6 @@
 //! Redis the same way (the keeper of `acquire --keep-alive`).
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -15,7 +14,6 @@ use crate::exit::{Failure, fail};
 use crate::files;
 use crate::keys::Prefix;
 use crate::log::Log;
-use crate::quorum::Quorum;
 use crate::signals::Inherited;
 use crate::store::Store;
 
@@ -36,7 +34,7 @@ impl Context {
             });
         }
         if urls.len() > 1 {
-            crate::quorum::check_count(urls.len())
+            crate::store::check_count(urls.len())
                 .map_err(|why| fail(Failure::Usage, format!("--redis: {why}")))?;
         }
         let sentinel_password = std::env::var("REDLOCK_SENTINEL_PASSWORD")
@@ -101,11 +99,7 @@ fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow:
                 .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?,
         );
     }
-    Ok(if targets.len() == 1 {
-        Store::One(targets.remove(0))
-    } else {
-        Store::Quorum(Arc::new(Quorum::new(targets, command_timeout)))
-    })
+    Ok(Store::new(targets, command_timeout))
 }
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.

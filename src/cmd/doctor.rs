@@ -7,13 +7,9 @@ use crate::conn::Target;
 use crate::doctor::{self, Verdict};
 use crate::exit::{Done, Failure};
 use crate::lock::Lock;
-use crate::store::Store;
 
 pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> {
-    let targets: Vec<&Target> = match &context.store {
-        Store::One(target) => vec![target],
-        Store::Quorum(quorum) => quorum.targets().collect(),
-    };
+    let targets = context.store.servers();
     let mut findings = Vec::new();
     for target in &targets {
         if targets.len() > 1 && !args.json {
@@ -43,7 +39,7 @@ fn examine(
     target: &Target,
     quorum: bool,
 ) -> anyhow::Result<Vec<doctor::Finding>> {
-    let mut session = context.connect_to(target)?;
+    let mut session = crate::store::connect(target, context.log)?;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
     let findings = doctor::examine(&mut session, &lock, quorum)?;

@@ -5,17 +5,14 @@ use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::Replicas;
-use crate::store::Store;
+use crate::store::OneRedisOnly;
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
-    if let (Store::Quorum(_), Some(_)) = (&context.store, args.replicas) {
-        return Err(fail(
-            Failure::Usage,
-            "--replicas: not in quorum mode (the majority of independent masters is the redundancy)",
-        ));
+    if args.replicas.is_some() {
+        context.store.refuse_in_quorum(OneRedisOnly::Replicas)?;
     }
     let replicas = args
         .replicas

@@ -121,7 +121,7 @@ fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
     let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
-    let mut session = context.connect_to(context.target("history")?)?;
+    let mut session = crate::store::connect(context.store.single("history")?, context.log)?;
     let lock = Lock::new(&context.prefix, name);
     let (now, mut entries, unreadable) = lock.history(&mut session)?;
     warn_unreadable(context, &unreadable);

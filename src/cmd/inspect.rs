@@ -11,8 +11,7 @@ use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
 use crate::lock::{Holder, Identity, Lock, LockState};
-use crate::quorum::Quorum;
-use crate::store::Store;
+use crate::store::{QuorumView, Verdict, View};
 
 #[derive(Serialize)]
 pub(super) struct LockView<'a> {
@@ -206,9 +205,9 @@ pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done>
     super::fit_tables_to_terminal(args.wide);
     let name = super::lock_name(super::named(args.key.as_deref(), args.name.as_deref())?)?;
     let lock = context.lock(name);
-    let state = match &context.store {
-        Store::One(target) => lock.inspect(&mut context.connect_to(target)?)?,
-        Store::Quorum(quorum) => return inspect_quorum(context, quorum, &lock, args),
+    let state = match context.store.inspect(&lock, context.log)? {
+        View::One(state) => *state,
+        View::Quorum(view) => return show_quorum(context, &lock, &view, args),
     };
     warn_unreadable(context, &state.unreadable);
     if args.json {
@@ -235,7 +234,7 @@ struct MasterView<'a> {
 
 /// The lock over a quorum, in JSON.
 #[derive(Serialize)]
-struct QuorumView<'a> {
+struct QuorumJson<'a> {
     key: &'a str,
     /// `held` (one holder's fence on a majority), `free` (no live holder on a majority) or
     /// `contested` (neither: nobody can take it until leases run out).
@@ -247,109 +246,92 @@ struct QuorumView<'a> {
 }
 
 /// `inspect` in quorum mode: each master's view and the majority's verdict.
-fn inspect_quorum(
+fn show_quorum(
     context: &Context,
-    quorum: &Quorum,
     lock: &Lock,
+    view: &QuorumView,
     args: &InspectArgs,
 ) -> anyhow::Result<Done> {
-    let views = quorum.inspect(lock);
-    for state in views.iter().flatten() {
+    let states: Vec<&LockState> = view
+        .masters
+        .iter()
+        .filter_map(|(_, state)| state.as_ref().ok())
+        .collect();
+    for state in &states {
         warn_unreadable(context, &state.unreadable);
     }
-    let shown = quorum.shown();
-    let majority = quorum.majority();
-    let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
-    let free = states
-        .iter()
-        .filter(|state| state.holder_count == 0)
-        .count();
-    let mut fences: Vec<u64> = states
-        .iter()
-        .flat_map(|state| state.holders.iter().map(|holder| holder.fence))
-        .collect();
-    fences.sort_unstable();
-    let held_fence = fences
-        .iter()
-        .copied()
-        .find(|fence| fences.iter().filter(|other| *other == fence).count() >= majority);
-    let verdict = if held_fence.is_some() {
-        "held"
-    } else if free >= majority {
-        "free"
-    } else if states.len() < majority {
-        return Err(quorum.too_few(states.len(), &views));
-    } else {
-        "contested"
-    };
-    let key = printable(lock.name.as_str());
     if args.json {
-        let masters = views
+        let masters = view
+            .masters
             .iter()
-            .zip(&shown)
-            .map(|(view, url)| MasterView {
+            .map(|(url, state)| MasterView {
                 url,
-                lock: view.as_ref().ok().map(LockView::new),
-                error: view.as_ref().err().map(|err| format!("{err:#}")),
+                lock: state.as_ref().ok().map(LockView::new),
+                error: state.as_ref().err().map(|err| format!("{err:#}")),
             })
             .collect();
-        print_json(&serde_json::to_string_pretty(&QuorumView {
+        print_json(&serde_json::to_string_pretty(&QuorumJson {
             key: lock.name.as_str(),
-            verdict,
-            fence: held_fence,
-            majority,
+            verdict: view.verdict.as_str(),
+            fence: view.fence,
+            majority: view.majority,
             masters,
         })?)?;
     } else {
-        let on = |fence: u64| {
-            states
-                .iter()
-                .filter(|state| state.holders.iter().any(|holder| holder.fence == fence))
-                .count()
-        };
-        match held_fence {
-            Some(fence) => print_line(format_args!(
-                "{key}: held on {} of {} masters (a majority is {majority}), fence {fence}",
-                on(fence),
-                quorum.len()
-            ))?,
-            None if verdict == "free" => print_line(format_args!(
-                "{key}: free on {free} of {} masters (a majority is {majority})",
-                quorum.len()
-            ))?,
-            None => print_line(format_args!(
-                "{key}: contested: no holder on a majority and not free on a majority; it is taken again when leases run out"
-            ))?,
-        }
-        if let Some(state) = held_fence.and_then(|fence| {
-            states
-                .iter()
-                .find(|state| state.holders.iter().any(|holder| holder.fence == fence))
-        }) {
-            print_line(holders_table(state))?;
-        }
-        for (view, url) in views.iter().zip(&shown) {
-            let line = match view {
-                Ok(state) if state.holder_count == 0 => "free".to_owned(),
-                Ok(state) => {
-                    let fences: Vec<String> =
-                        state.holders.iter().map(|h| h.fence.to_string()).collect();
-                    format!(
-                        "held ({}), fence {}",
-                        mode_summary(state),
-                        fences.join(", ")
-                    )
-                }
-                Err(err) => format!("no answer: {err:#}"),
-            };
-            print_line(format_args!("  {url}: {line}"))?;
-        }
+        show_quorum_text(lock, view, &states)?;
     }
-    Ok(if verdict == "free" {
+    Ok(if view.verdict == Verdict::Free {
         Done::Reported(Failure::Free)
     } else {
         Done::Success
     })
+}
+
+/// The verdict, the holders of the fence held on a majority, and a line per master.
+fn show_quorum_text(lock: &Lock, view: &QuorumView, states: &[&LockState]) -> anyhow::Result<()> {
+    let key = printable(lock.name.as_str());
+    let (count, majority) = (view.masters.len(), view.majority);
+    let holding = |fence: u64| {
+        states
+            .iter()
+            .filter(move |state| state.holders.iter().any(|holder| holder.fence == fence))
+    };
+    match (view.verdict, view.fence) {
+        (_, Some(fence)) => print_line(format_args!(
+            "{key}: held on {} of {count} masters (a majority is {majority}), fence {fence}",
+            holding(fence).count(),
+        ))?,
+        (Verdict::Free, None) => print_line(format_args!(
+            "{key}: free on {} of {count} masters (a majority is {majority})",
+            states
+                .iter()
+                .filter(|state| state.holder_count == 0)
+                .count(),
+        ))?,
+        _ => print_line(format_args!(
+            "{key}: contested: no holder on a majority and not free on a majority; it is taken again when leases run out"
+        ))?,
+    }
+    if let Some(state) = view.fence.and_then(|fence| holding(fence).next()) {
+        print_line(holders_table(state))?;
+    }
+    for (url, state) in &view.masters {
+        let line = match state {
+            Ok(state) if state.holder_count == 0 => "free".to_owned(),
+            Ok(state) => {
+                let fences: Vec<String> =
+                    state.holders.iter().map(|h| h.fence.to_string()).collect();
+                format!(
+                    "held ({}), fence {}",
+                    mode_summary(state),
+                    fences.join(", ")
+                )
+            }
+            Err(err) => format!("no answer: {err:#}"),
+        };
+        print_line(format_args!("  {url}: {line}"))?;
+    }
+    Ok(())
 }
 
 /// The holders `state` lists, as a table.

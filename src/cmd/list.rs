@@ -4,56 +4,25 @@ use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
-use crate::lock::LockState;
-use crate::store::Store;
+use crate::store::Listed;
 use serde::Serialize;
 use std::io::IsTerminal as _;
 
-use crate::lock;
-
 pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
-    let (listings, of) = match &context.store {
-        Store::One(target) => (
-            vec![lock::list(context.connect_to(target)?, &context.prefix)?],
-            None,
-        ),
-        Store::Quorum(quorum) => {
-            let replies = quorum.each_session(|session| lock::list(session, &context.prefix));
-            let answered = replies.iter().filter(|reply| reply.is_ok()).count();
-            if answered < quorum.majority() {
-                return Err(quorum.too_few(answered, &replies));
-            }
-            let mut listings = Vec::new();
-            for (reply, url) in replies.into_iter().zip(quorum.shown()) {
-                match reply {
-                    Ok(listing) => listings.push(listing),
-                    Err(err) => context
-                        .log
-                        .warn(format_args!("master {url} did not answer ({err:#})")),
-                }
-            }
-            (listings, Some(quorum.len()))
-        }
-    };
-    // In quorum mode a lock is listed once, as the first master that has it shows it, with
-    // the number of masters where it is held.
-    let mut locks: Vec<(LockState, usize)> = Vec::new();
-    for listing in listings {
-        for (key, why) in &listing.skipped {
-            context.log.warn(format_args!(
-                "skipping {}: it holds data redlock did not write ({why:#})",
-                printable(key)
-            ));
-        }
-        for state in listing.locks {
-            warn_unreadable(context, &state.unreadable);
-            let held = usize::from(state.holder_count > 0);
-            match locks.iter_mut().find(|(seen, _)| seen.name == state.name) {
-                Some((_, count)) => *count += held,
-                None => locks.push((state, held)),
-            }
-        }
+    let Listed {
+        locks,
+        masters: of,
+        skipped,
+    } = context.store.list(&context.prefix, context.log)?;
+    for (key, why) in &skipped {
+        context.log.warn(format_args!(
+            "skipping {}: it holds data redlock did not write ({why:#})",
+            printable(key)
+        ));
+    }
+    for (state, _) in &locks {
+        warn_unreadable(context, &state.unreadable);
     }
     if args.json {
         #[derive(Serialize)]
@@ -77,14 +46,10 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         print_json(&serde_json::to_string_pretty(&views)?)?;
         return Ok(Done::Success);
     }
-    let locks: Vec<(LockState, usize)> = locks;
     if locks.is_empty() {
         // stdout stays empty for scripts; a person at a terminal is told why, and where it
         // looked: a wrong --redis or database is the usual reason.
-        let place = match &context.store {
-            Store::One(target) => format!("on {}, database {}", target.redacted(), target.db()),
-            Store::Quorum(quorum) => format!("on {} masters", quorum.len()),
-        };
+        let place = context.store.place();
         let message = format!(
             "no locks are held under prefix '{}' {place}",
             printable(context.prefix.as_str())

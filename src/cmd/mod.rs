@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use crate::acquire::{Ask, Outcome};
 use crate::cli::{Cli, Command};
-use crate::conn::{Session, Target};
-use crate::exit::{Done, Failure, Hint, fail};
+use crate::exit::{Done, Failure, Hint};
 use crate::keys::{LockName, Prefix};
 use crate::lock::Lock;
 use crate::log::Log;
@@ -74,34 +73,9 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// The one Redis, for a command that talks to one server; in quorum mode, the usage error
-    /// naming `command`.
-    fn target(&self, command: &str) -> anyhow::Result<&Target> {
-        match &self.store {
-            Store::One(target) => Ok(target),
-            Store::Quorum(_) => Err(fail(
-                Failure::Usage,
-                format!(
-                    "{command}: not available in quorum mode (several --redis); give one master's URL to read it there"
-                ),
-            )),
-        }
-    }
-
-    fn connect_to(&self, target: &Target) -> anyhow::Result<Session> {
-        let session = target.connect()?;
-        self.log
-            .step(format_args!("connected to {}", target.redacted()));
-        Ok(session)
-    }
-
-    /// The lock named `name`; in quorum mode its releases tell the waiters.
+    /// The lock named `name`, on the store.
     fn lock(&self, name: LockName) -> Lock {
-        let lock = Lock::new(&self.prefix, name);
-        match self.store {
-            Store::One(_) => lock,
-            Store::Quorum(_) => lock.notifying(),
-        }
+        self.store.lock(&self.prefix, name)
     }
 
     /// Takes the lock as `ask` says (`run`, `acquire`).

@@ -6,7 +6,7 @@ use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Identity, Release, ReleaseRequest};
-use crate::store::Store;
+use crate::store::Forced;
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
@@ -19,18 +19,11 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         if let Some(reason) = &args.reason {
             why.push_str(&format!(": {reason}"));
         }
-        let (now, evicted, unreadable) = match &context.store {
-            Store::One(target) => lock.force_release(&mut context.connect_to(target)?, &why)?,
-            Store::Quorum(quorum) => {
-                let (now, evicted, unreadable, failures) = quorum.force_release(&lock, &why)?;
-                if !failures.is_empty() {
-                    context.log.warn(format_args!(
-                        "not every master answered ({failures}); what they hold expires with its lease, and a majority no longer has it"
-                    ));
-                }
-                (now, evicted, unreadable)
-            }
-        };
+        let Forced {
+            now,
+            evicted,
+            unreadable,
+        } = context.store.force_release(&lock, &why, context.log)?;
         warn_unreadable(context, &unreadable);
         if evicted.is_empty() && unreadable.is_empty() {
             return Err(fail(

@@ -13,7 +13,7 @@ use crate::exit::{Failure, fail};
 use crate::keys::LockName;
 use crate::lock::{Holder, Identity, Mode, Replicas, Token};
 use crate::log::printable;
-use crate::store::Store;
+use crate::store::OneRedisOnly;
 
 /// The lock's name, given with --key or as the first word (flock's, consul's and etcdctl's
 /// habit): one of them, or both the same.
@@ -52,17 +52,11 @@ pub(super) fn ask(
     ttl: Duration,
     command: &str,
 ) -> anyhow::Result<Ask> {
-    if let (Store::Quorum(_), Some(_)) = (&context.store, args.replicas) {
-        return Err(fail(
-            Failure::Usage,
-            "--replicas: not in quorum mode (the majority of independent masters is the redundancy)",
-        ));
+    if args.replicas.is_some() {
+        context.store.refuse_in_quorum(OneRedisOnly::Replicas)?;
     }
-    if let (Store::Quorum(_), Some(_)) = (&context.store, args.limit) {
-        return Err(fail(
-            Failure::Usage,
-            "--limit: not in quorum mode: with every master admitting N holders, N+1 holders can each win a majority",
-        ));
+    if args.limit.is_some() {
+        context.store.refuse_in_quorum(OneRedisOnly::Limit)?;
     }
     let mode = match (args.shared, args.limit) {
         (_, Some(limit)) => Mode::Semaphore(limit),

@@ -12,11 +12,15 @@ use std::time::Duration;
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail, failure_of};
+use crate::keys::Prefix;
 use crate::lease::drift;
 use crate::lock::{
-    Acquisition, Ending, Holder, Lease, Lock, LockState, Queueing, Release, Request, Unreadable,
-    Waiter,
+    Acquisition, Ending, Holder, Lease, Listing, Lock, LockState, Queueing, Release, Request,
+    Unreadable, Waiter, list,
 };
+use crate::log::Log;
+
+use super::{OneRedisOnly, QuorumView};
 
 /// One master, and the connection kept to it between requests.
 struct Master {
@@ -521,9 +525,58 @@ impl Quorum {
         Ok((now, evicted, unreadable, Self::failures(&replies)))
     }
 
-    /// Each master's view of the lock, in the masters' order.
-    pub(crate) fn inspect(&self, lock: &Lock) -> Vec<anyhow::Result<LockState>> {
-        self.fan_out(self.request_timeout, |session| lock.inspect(session))
+    /// Each master's view of the lock and the majority's verdict; an error when fewer than a
+    /// majority answered and no verdict can be had.
+    pub(crate) fn view(&self, lock: &Lock) -> anyhow::Result<QuorumView> {
+        let views = self.fan_out(self.request_timeout, |session| lock.inspect(session));
+        let majority = self.majority();
+        let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
+        let free = states
+            .iter()
+            .filter(|state| state.holder_count == 0)
+            .count();
+        let mut fences: Vec<u64> = states
+            .iter()
+            .flat_map(|state| state.holders.iter().map(|holder| holder.fence))
+            .collect();
+        fences.sort_unstable();
+        let fence = fences
+            .iter()
+            .copied()
+            .find(|fence| fences.iter().filter(|other| *other == fence).count() >= majority);
+        let verdict = if fence.is_some() {
+            Verdict::Held
+        } else if free >= majority {
+            Verdict::Free
+        } else if states.len() < majority {
+            return Err(self.too_few(states.len(), &views));
+        } else {
+            Verdict::Contested
+        };
+        Ok(QuorumView {
+            verdict,
+            fence,
+            majority,
+            masters: self.shown().into_iter().zip(views).collect(),
+        })
+    }
+
+    /// Each master's listing of the locks under `prefix` (a master that did not answer is
+    /// warned of); an error when fewer than a majority answered.
+    pub(crate) fn list(&self, prefix: &Prefix, log: Log) -> anyhow::Result<Vec<Listing>> {
+        let replies = self.each_session(|session| list(session, prefix));
+        let answered = replies.iter().filter(|reply| reply.is_ok()).count();
+        if answered < self.majority() {
+            return Err(self.too_few(answered, &replies));
+        }
+        let mut listings = Vec::new();
+        for (reply, url) in replies.into_iter().zip(self.shown()) {
+            match reply {
+                Ok(listing) => listings.push(listing),
+                Err(err) => log.warn(format_args!("master {url} did not answer ({err:#})")),
+            }
+        }
+        Ok(listings)
     }
 
     /// Each master's sessions for reading every key (`SCAN`), in the masters' order.
@@ -578,6 +631,39 @@ pub(crate) fn check_count(count: usize) -> Result<(), String> {
         ))
     } else {
         Ok(())
+    }
+}
+
+/// What a majority of masters says of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// One holder's fence on a majority.
+    Held,
+    /// No live holder on a majority.
+    Free,
+    /// Neither: nobody can take it until leases run out.
+    Contested,
+}
+
+impl Verdict {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Held => "held",
+            Verdict::Free => "free",
+            Verdict::Contested => "contested",
+        }
+    }
+}
+
+/// Why quorum mode refuses `flag`.
+pub(crate) fn refusal(flag: OneRedisOnly) -> &'static str {
+    match flag {
+        OneRedisOnly::Replicas => {
+            "--replicas: not in quorum mode (the majority of independent masters is the redundancy)"
+        }
+        OneRedisOnly::Limit => {
+            "--limit: not in quorum mode: with every master admitting N holders, N+1 holders can each win a majority"
+        }
     }
 }
 

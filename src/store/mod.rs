@@ -1,0 +1,288 @@
+//! Where locks live: one Redis (a server, a Sentinel-managed master or a Cluster), or several
+//! independent masters in quorum mode (`quorum`: the fan-out, the validity of a lease, the
+//! majority's verdict). Everything the commands do to a lock but acquiring it goes through
+//! [`Store`] (acquiring is `acquire::take`, built for each kind): renewals and releases,
+//! `inspect` (a [`View`]), `list` (one [`Listed`] however many masters), `release --force`,
+//! the servers `doctor` examines, and the flags one kind refuses. The commands never ask which
+//! kind it is.
+
+mod quorum;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::BootInstant;
+use crate::conn::{Session, Target};
+use crate::exit::{Failure, NoReply, fail, failure_of, no_reply};
+use crate::keys::{LockName, Prefix};
+use crate::lock::{Holder, LockState, Unreadable};
+use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Token, list};
+use crate::log::Log;
+pub(crate) use quorum::{Attempt, Quorum, Verdict, check_count, refusal, transient};
+
+/// One Redis, or a quorum of masters.
+#[derive(Clone)]
+pub(crate) enum Store {
+    One(Target),
+    Quorum(Arc<Quorum>),
+}
+
+/// A flag that one Redis takes and a quorum refuses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OneRedisOnly {
+    Replicas,
+    Limit,
+}
+
+/// What `inspect` saw.
+pub(crate) enum View {
+    One(Box<LockState>),
+    Quorum(QuorumView),
+}
+
+/// The lock over a quorum: each master's view and the majority's verdict.
+pub(crate) struct QuorumView {
+    pub(crate) verdict: Verdict,
+    /// The fence held on a majority, when held.
+    pub(crate) fence: Option<u64>,
+    pub(crate) majority: usize,
+    /// Each master as shown to people, and its view (or why it did not answer).
+    pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
+}
+
+/// The held locks under a prefix, each once.
+pub(crate) struct Listed {
+    /// Each lock, and (quorum mode) on how many masters it is held.
+    pub(crate) locks: Vec<(LockState, usize)>,
+    /// Quorum mode: how many masters there are.
+    pub(crate) masters: Option<usize>,
+    /// Keys matching the layout whose content redlock did not write, and why.
+    pub(crate) skipped: Vec<(String, anyhow::Error)>,
+}
+
+/// What a forced release evicted.
+pub(crate) struct Forced {
+    /// A server's time (Unix ms) when it was done.
+    pub(crate) now: u64,
+    pub(crate) evicted: Vec<Holder>,
+    pub(crate) unreadable: Vec<Unreadable>,
+}
+
+impl Store {
+    /// One Redis for one target, a quorum for several (each request bounded by
+    /// `command_timeout` per master).
+    pub(crate) fn new(mut targets: Vec<Target>, command_timeout: Duration) -> Self {
+        if targets.len() == 1 {
+            Store::One(targets.remove(0))
+        } else {
+            Store::Quorum(Arc::new(Quorum::new(targets, command_timeout)))
+        }
+    }
+
+    /// The lock named `name`; in quorum mode its releases tell the waiters (there is no queue
+    /// to wake them).
+    pub(crate) fn lock(&self, prefix: &Prefix, name: LockName) -> Lock {
+        let lock = Lock::new(prefix, name);
+        match self {
+            Store::One(_) => lock,
+            Store::Quorum(_) => lock.notifying(),
+        }
+    }
+
+    /// The servers that hold locks: the one, or each master.
+    pub(crate) fn servers(&self) -> Vec<&Target> {
+        match self {
+            Store::One(target) => vec![target],
+            Store::Quorum(quorum) => quorum.targets().collect(),
+        }
+    }
+
+    /// Where locks are looked for, for a message: "on URL, database N", or "on N masters".
+    pub(crate) fn place(&self) -> String {
+        match self {
+            Store::One(target) => format!("on {}, database {}", target.redacted(), target.db()),
+            Store::Quorum(quorum) => format!("on {} masters", quorum.len()),
+        }
+    }
+
+    /// The one Redis, for what reads one server (`history`); in quorum mode, the usage error
+    /// naming `command`.
+    pub(crate) fn single(&self, command: &str) -> anyhow::Result<&Target> {
+        match self {
+            Store::One(target) => Ok(target),
+            Store::Quorum(_) => Err(fail(
+                Failure::Usage,
+                format!(
+                    "{command}: not available in quorum mode (several --redis); give one master's URL to read it there"
+                ),
+            )),
+        }
+    }
+
+    /// Refuses a flag that only one Redis takes, in quorum mode.
+    pub(crate) fn refuse_in_quorum(&self, flag: OneRedisOnly) -> anyhow::Result<()> {
+        if let Store::One(_) = self {
+            return Ok(());
+        }
+        Err(fail(Failure::Usage, quorum::refusal(flag)))
+    }
+
+    /// What `inspect` shows of `lock`: the state on one Redis (connected with a step logged),
+    /// or each master's and the verdict.
+    pub(crate) fn inspect(&self, lock: &Lock, log: Log) -> anyhow::Result<View> {
+        match self {
+            Store::One(target) => Ok(View::One(Box::new(
+                lock.inspect(&mut connect(target, log)?)?,
+            ))),
+            Store::Quorum(quorum) => quorum.view(lock).map(View::Quorum),
+        }
+    }
+
+    /// Every held lock under `prefix`, each once. In quorum mode a lock is listed as the first
+    /// master that has it shows it, with the number of masters where it is held; a master
+    /// that did not answer is warned of, fewer than a majority is an error.
+    pub(crate) fn list(&self, prefix: &Prefix, log: Log) -> anyhow::Result<Listed> {
+        let (listings, masters) = match self {
+            Store::One(target) => (vec![list(connect(target, log)?, prefix)?], None),
+            Store::Quorum(quorum) => (quorum.list(prefix, log)?, Some(quorum.len())),
+        };
+        let mut listed = Listed {
+            locks: Vec::new(),
+            masters,
+            skipped: Vec::new(),
+        };
+        for listing in listings {
+            listed.skipped.extend(listing.skipped);
+            for state in listing.locks {
+                let held = usize::from(state.holder_count > 0);
+                match listed
+                    .locks
+                    .iter_mut()
+                    .find(|(seen, _)| seen.name == state.name)
+                {
+                    Some((_, count)) => *count += held,
+                    None => listed.locks.push((state, held)),
+                }
+            }
+        }
+        Ok(listed)
+    }
+
+    /// Removes every holder of `lock` (`why` goes into its history). In quorum mode on every
+    /// master; one that did not answer is warned of.
+    pub(crate) fn force_release(&self, lock: &Lock, why: &str, log: Log) -> anyhow::Result<Forced> {
+        let (now, evicted, unreadable) = match self {
+            Store::One(target) => lock.force_release(&mut connect(target, log)?, why)?,
+            Store::Quorum(quorum) => {
+                let (now, evicted, unreadable, failures) = quorum.force_release(lock, why)?;
+                if !failures.is_empty() {
+                    log.warn(format_args!(
+                        "not every master answered ({failures}); what they hold expires with its lease, and a majority no longer has it"
+                    ));
+                }
+                (now, evicted, unreadable)
+            }
+        };
+        Ok(Forced {
+            now,
+            evicted,
+            unreadable,
+        })
+    }
+
+    /// Resets the lease of `token` to `ttl`, within `timeout` (per master in quorum mode).
+    /// Returns whether it was confirmed, and the connection to reuse next time, if any.
+    pub(crate) fn extend(
+        &self,
+        lock: &Lock,
+        session: Option<Session>,
+        token: &Token,
+        ttl: Duration,
+        replicas: Option<Replicas>,
+        timeout: Duration,
+    ) -> anyhow::Result<(bool, Option<Session>)> {
+        match self {
+            Store::One(target) => {
+                let mut session = match session.filter(|_| target.reuses_connections()) {
+                    Some(session) => session,
+                    None => target.connect_within(timeout)?,
+                };
+                session.set_command_timeout(timeout)?;
+                let extended = lock.extend(&mut session, token, ttl, replicas)?;
+                Ok((extended, Some(session)))
+            }
+            Store::Quorum(quorum) => quorum
+                .extend(lock, token, ttl, timeout)
+                .map(|extended| (extended, None)),
+        }
+    }
+
+    /// Token-checked release (or keep for the minimum hold) within `bound`. With one Redis,
+    /// over `session` if given; in quorum mode, on every master at once. A release is not
+    /// idempotent (a nested hold only counts down), so it is sent a second time, on a fresh
+    /// connection, only when the first cannot run any more: the connection was found closed
+    /// (a server that dropped it while idle) or could not be made. Any other failure (a
+    /// timeout, a TLS error, an error reply from something between) may leave it to run: this
+    /// returns its error.
+    pub(crate) fn release(
+        &self,
+        lock: &Lock,
+        session: Option<Session>,
+        request: &ReleaseRequest<'_>,
+        bound: Duration,
+        log: Log,
+    ) -> anyhow::Result<Release> {
+        let deadline = BootInstant::now() + bound;
+        let &ReleaseRequest {
+            token,
+            min_hold,
+            ending,
+        } = request;
+        let target = match self {
+            Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
+            Store::One(target) => target,
+        };
+        // The whole bound for the first attempt: a renewal's connection still carries the
+        // renewals' shorter timeout. `sent`: the request may have reached the server.
+        let (released, sent) = match session.filter(|_| target.reuses_connections()) {
+            Some(mut session) => {
+                let _ = session.set_command_timeout(bound);
+                (lock.release(&mut session, token, min_hold, ending), true)
+            }
+            None => match target.connect_within(bound) {
+                Ok(mut fresh) => {
+                    let released = fresh
+                        .set_command_timeout(bound)
+                        .and_then(|()| lock.release(&mut fresh, token, min_hold, ending));
+                    (released, true)
+                }
+                Err(err) => (Err(err), false),
+            },
+        };
+        match released {
+            Err(err)
+                if failure_of(&err) == Some(Failure::Unavailable)
+                    && (!sent || no_reply(&err) == Some(NoReply::Dropped))
+                    && !deadline.remaining().is_zero() =>
+            {
+                log.step(format_args!("releasing failed ({err:#}); reconnecting"));
+                target
+                    .connect_within(deadline.remaining())
+                    .and_then(|mut fresh| {
+                        fresh.set_command_timeout(
+                            deadline.remaining().max(Duration::from_millis(10)),
+                        )?;
+                        lock.release(&mut fresh, token, min_hold, ending)
+                    })
+            }
+            result => result,
+        }
+    }
+}
+
+/// A connection to `target` for a command's one request.
+pub(crate) fn connect(target: &Target, log: Log) -> anyhow::Result<Session> {
+    let session = target.connect()?;
+    log.step(format_args!("connected to {}", target.redacted()));
+    Ok(session)
+}
