@@ -355,8 +355,9 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut reply = [0u8; 64];
-    // +PONG, or -NOAUTH from a server with a password: either way it is up.
-    matches!(stream.read(&mut reply), Ok(n) if n > 0)
+    // +PONG, or -NOAUTH from a server with a password: either way it is up. -LOADING: up, but
+    // still reading its data from disk, and answering nothing else yet.
+    matches!(stream.read(&mut reply), Ok(n) if n > 0 && !reply[..n].starts_with(b"-LOADING"))
 }
 
 /// A `redlock` command line under construction; the environment starts empty but for PATH.
