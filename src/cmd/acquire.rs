@@ -9,7 +9,7 @@ use crate::acquire::Outcome;
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Lock, ReleaseRequest};
+use crate::lock::{Ending, Lease, Lock, ReleaseRequest};
 use crate::log::printable;
 use crate::signals::Signals;
 
@@ -81,24 +81,8 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     } else {
         None
     };
-    let output = if args.json {
-        serde_json::to_string(&Acquired {
-            key: lock.name.as_str(),
-            token: lease.token.as_str(),
-            fence: lease.fence,
-            ttl_ms: lease.ttl.as_millis(),
-            keeper_pid,
-        })?
-    } else {
-        lease.token.as_str().to_owned()
-    };
-    let printed = if args.json {
-        print_json(&output)
-    } else {
-        print_line(output)
-    };
     // A token nobody can read is a lock nobody can release: give it back.
-    if let Err(err) = printed {
+    if let Err(err) = print_token(&lock, &lease, keeper_pid, args.json) {
         give_back(context, &lock, session, &lease.token)?;
         return Err(err.context(format!("lock '{key}' released again")));
     }
@@ -116,6 +100,25 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         duration::display(lease.ttl)
     ));
     Ok(Done::Success)
+}
+
+/// The token on stdout (with `json`: the key, token, fence, lease and keeper's pid).
+fn print_token(
+    lock: &Lock,
+    lease: &Lease,
+    keeper_pid: Option<u32>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if !json {
+        return print_line(lease.token.as_str());
+    }
+    print_json(&serde_json::to_string(&Acquired {
+        key: lock.name.as_str(),
+        token: lease.token.as_str(),
+        fence: lease.fence,
+        ttl_ms: lease.ttl.as_millis(),
+        keeper_pid,
+    })?)
 }
 
 /// Releases a lock just taken, over the connection that took it.

@@ -4,6 +4,7 @@ use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
+use crate::lock::LockState;
 use crate::store::Listed;
 use serde::Serialize;
 use std::io::IsTerminal as _;
@@ -61,7 +62,13 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         }
         return Ok(Done::Success);
     }
-    // The lock as a whole, then its first holder (the holder's own mode column left out).
+    print_line(table(&rows(&locks, of)))?;
+    Ok(Done::Success)
+}
+
+/// The table of held locks: the lock as a whole, then its first holder (the holder's own
+/// mode column left out); in quorum mode the masters where it is held, of `of`.
+fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
     let mut header = ["KEY", "MODE", "HOLDERS", "WAITERS"]
         .map(str::to_owned)
         .to_vec();
@@ -70,7 +77,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     }
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
-    for (state, held_on) in &locks {
+    for (state, held_on) in locks {
         if state.holder_count == 0 {
             continue;
         }
@@ -90,6 +97,5 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         }
         rows.push(row);
     }
-    print_line(table(&rows))?;
-    Ok(Done::Success)
+    rows
 }
