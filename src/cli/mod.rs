@@ -1,0 +1,330 @@
+//! The command line, as clap derive types. Doc comments are the help text: the first line is
+//! `-h`, the rest appears in `--help` and the man pages. Values are parsed to typed form here
+//! (durations, tokens); everything that needs Redis happens in `cmd`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::duration;
+
+mod commands;
+mod tools;
+
+pub use commands::*;
+pub use tools::*;
+
+/// Environment variables redlock reads, and what for.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "REDLOCK_URL",
+        "Redis URL, when --redis is not given (several, separated by spaces: quorum mode)",
+    ),
+    (
+        "REDIS_URL",
+        "Redis URL, when neither --redis nor REDLOCK_URL is set",
+    ),
+    (
+        "REDLOCK_PASSWORD",
+        "Redis password; overrides one in the URL, --password-file overrides it",
+    ),
+    (
+        "REDLOCK_SENTINEL_PASSWORD",
+        "the sentinels' password, for redis+sentinel:// URLs",
+    ),
+    ("REDLOCK_PREFIX", "key prefix, when --prefix is not given"),
+    ("REDLOCK_NOTE", "--note, when not given"),
+    ("REDLOCK_LOG_FORMAT", "--log-format, when not given"),
+    ("REDLOCK_TLS_CA", "--tls-ca, when not given"),
+    ("REDLOCK_TLS_CERT", "--tls-cert, when not given"),
+    ("REDLOCK_TLS_KEY", "--tls-key, when not given"),
+    (
+        "REDLOCK_TLS_SERVER_NAME",
+        "--tls-server-name, when not given",
+    ),
+    (
+        "REDLOCK_TLS_INSECURE",
+        "--tls-insecure when set to 1, true or yes",
+    ),
+    (
+        "REDLOCK_TOKEN",
+        "token for release and extend, when --token is not given",
+    ),
+];
+
+/// Worked examples: a sentence, then the commands.
+pub const EXAMPLES: &[(&str, &[&str])] = &[
+    (
+        "Hold a lock around a critical section in a shell script:",
+        &[
+            "token=$(redlock acquire --key deploy --ttl 10m) || exit",
+            "./deploy.sh",
+            "redlock release --key deploy --token \"$token\"",
+        ],
+    ),
+    (
+        "Run a job on one cron host only; the others skip quietly:",
+        &["redlock run -q -E 0 --key nightly-report --ttl 1m --min-hold 5m -- ./report.sh"],
+    ),
+    (
+        "See who holds a lock, then break it, leaving an audit line:",
+        &[
+            "redlock inspect --key deploy",
+            "redlock release --key deploy --force",
+        ],
+    ),
+];
+
+/// The text after `--help`: environment, exit status and examples. Attached only when `--help`
+/// is asked for (see `lib.rs`): laying it out costs more than the rest of a parse.
+pub(crate) fn after_long_help() -> String {
+    let mut text = String::from("Environment:\n");
+    text.push_str(&two_columns(ENVIRONMENT));
+    text.push_str("\nExit status:\n");
+    text.push_str(&two_columns(crate::exit::TABLE));
+    text.push_str("\nExamples:");
+    for (what, commands) in EXAMPLES {
+        text.push_str(&format!("\n  {what}\n"));
+        for command in *commands {
+            text.push_str(&format!("    {command}\n"));
+        }
+    }
+    text
+}
+
+/// Rows of `  NAME  meaning`, the meanings aligned and wrapped at 80 columns under themselves
+/// (clap would wrap them back to the margin).
+fn two_columns(rows: &[(&str, &str)]) -> String {
+    let indent = 2 + rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0) + 2;
+    let mut text = String::new();
+    for (name, meaning) in rows {
+        let mut line = format!("  {name:<width$}", width = indent - 2);
+        for word in meaning.split(' ') {
+            if line.len() > indent && line.len() + 1 + word.len() > 80 {
+                text.push_str(line.trim_end());
+                text.push('\n');
+                line = " ".repeat(indent);
+            } else if line.len() > indent {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+/// What `redlock --version` prints after the name: the version, the commit it was built from
+/// and the target, e.g. `0.1.0 (abc1234 x86_64-unknown-linux-musl)` (build.rs finds the
+/// last two). The manual pages name the version alone, so that they do not change with
+/// every commit.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("REDLOCK_COMMIT"),
+    " ",
+    env!("REDLOCK_TARGET"),
+    ")"
+);
+
+/// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
+///
+/// A lock is a key in Redis with a lease (TTL): whoever takes it gets a secret token, and only
+/// that token can extend or release it. Every lock change is one atomic Lua script. Each
+/// acquisition also hands out a fencing token, a number that only ever grows, which a resource
+/// can check to refuse a holder whose lease ran out.
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand accepts.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]
+    ///
+    /// redis://[user[:password]@]host[:port][/db], rediss://... for TLS, or unix:///path/to/socket.
+    /// Sentinel: redis+sentinel://host:port[,host:port...]/SERVICE (the sentinels' addresses;
+    /// their own password in REDLOCK_SENTINEL_PASSWORD, their user as ?sentinel_user=NAME).
+    /// Cluster: redis+cluster://host:port[,host:port...] (seed nodes). Both take rediss+...
+    /// for TLS. Given N times (N odd, at least 3; in REDLOCK_URL separated by spaces), each an
+    /// independent master: quorum mode, the lock held on a majority of them (README, "Several
+    /// masters"). A password in the URL works but is visible in the process list; prefer
+    /// REDLOCK_PASSWORD or --password-file. Passwords are never printed.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "REDLOCK_URL",
+        hide_env_values = true,
+        value_delimiter = ' ',
+        action = ArgAction::Append,
+        help_heading = "Connection"
+    )]
+    pub redis: Vec<String>,
+
+    /// Whether `redis` came from REDLOCK_URL rather than the command line (set after parsing,
+    /// for messages that name where an empty URL came from).
+    #[arg(skip)]
+    pub redis_from_env: bool,
+
+    /// Read the Redis password from this file (its first line)
+    ///
+    /// Overrides REDLOCK_PASSWORD and a password in the URL. The file should be readable by its
+    /// owner only; redlock warns otherwise.
+    #[arg(long, global = true, value_name = "PATH", help_heading = "Connection")]
+    pub password_file: Option<PathBuf>,
+
+    /// Prefix of every key redlock writes
+    #[arg(
+        long,
+        global = true,
+        value_name = "PREFIX",
+        env = "REDLOCK_PREFIX",
+        hide_env_values = true,
+        default_value = crate::keys::DEFAULT_PREFIX,
+        help_heading = "Connection"
+    )]
+    pub prefix: String,
+
+    /// Give up connecting to Redis after this long (TLS handshake and login included)
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
+    pub connect_timeout: Duration,
+
+    /// Give up on any single Redis command after this long
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
+    pub command_timeout: Duration,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
+    /// Print no notices for expected outcomes (busy, not held, free); errors still print
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Log each step to stderr
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Write redlock's own stderr lines as text, or as one JSON object per line
+    #[arg(long, global = true, value_name = "FORMAT", env = "REDLOCK_LOG_FORMAT", default_value = "text", value_parser = LogFormatName)]
+    pub log_format: crate::log::Format,
+}
+
+fn parse_log_format(text: &str) -> Result<crate::log::Format, String> {
+    match text {
+        "text" => Ok(crate::log::Format::Text),
+        "json" => Ok(crate::log::Format::Json),
+        _ => Err("must be text or json".into()),
+    }
+}
+
+/// `--log-format`: text or json, which help and shell completion offer.
+#[derive(Clone)]
+struct LogFormatName;
+
+impl clap::builder::TypedValueParser for LogFormatName {
+    type Value = crate::log::Format;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<crate::log::Format, clap::Error> {
+        clap::builder::TypedValueParser::parse_ref(&parse_log_format, command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            ["text", "json"]
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
+/// TLS for rediss:// URLs.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Trust the CAs in this PEM bundle instead of the system's
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_CA",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for servers that require one; needs --tls-key
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_CERT",
+        requires = "tls_key",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert; should be readable by its owner only
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "REDLOCK_TLS_KEY",
+        requires = "tls_cert",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Verify the server's certificate against NAME instead of the URL's host
+    ///
+    /// For connecting by IP address (or through a tunnel) to a server whose certificate names a
+    /// host.
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "REDLOCK_TLS_SERVER_NAME",
+        help_heading = "TLS (rediss://)"
+    )]
+    pub tls_server_name: Option<String>,
+
+    /// Do not verify the server's certificate at all (development only; redlock warns)
+    ///
+    /// The connection is encrypted but anyone on the path can pose as the server, read the
+    /// password and change what redlock sends.
+    #[arg(long, global = true, env = "REDLOCK_TLS_INSECURE", value_parser = clap::builder::BoolishValueParser::new(), action = ArgAction::SetTrue, help_heading = "TLS (rediss://)")]
+    pub tls_insecure: bool,
+}
+
+/// The subcommands. Each one's options are built only when it is the one run (`defer`): clap's
+/// tree of every option of every subcommand was most of redlock's start-up, in heap pages
+/// touched (docs/performance.md). Help builds them all (`lib.rs`), for their descriptions.
+#[derive(Debug, Subcommand)]
+#[command(defer = true)]
+pub enum Command {
+    Run(RunArgs),
+    Acquire(AcquireArgs),
+    Release(ReleaseArgs),
+    Extend(ExtendArgs),
+    Inspect(InspectArgs),
+    History(HistoryArgs),
+    List(ListArgs),
+    Doctor(DoctorArgs),
+    Completions(CompletionsArgs),
+    Man(ManArgs),
+    #[command(hide = true)]
+    KeepAlive(KeepAliveArgs),
+}
