@@ -25,6 +25,15 @@ fn queue_run(server: &RedisServer, script: &str, position: usize) -> Running {
     running
 }
 
+/// Starts a waiting `acquire --ttl 10s --wait 30s` and returns once it is the only waiter.
+fn queue_acquire(server: &RedisServer) -> Running {
+    let waiter = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(server) == 1));
+    waiter
+}
+
 fn hold(server: &RedisServer, ttl: &str) -> String {
     let out = server
         .redlock(&["acquire", "--key", "job", "--ttl", ttl])
@@ -318,10 +327,7 @@ fn a_waiter_stopped_through_its_grant_queues_again() {
 fn a_waiting_acquire_stopped_through_its_grant_queues_again() {
     let server = RedisServer::start();
     let token = hold(&server, "60s");
-    let waiter = server
-        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
-        .spawn();
-    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    let waiter = queue_acquire(&server);
     waiter.signal("STOP");
     server
         .redlock(&["release", "--key", "job", "--token", &token])
@@ -490,10 +496,7 @@ fn a_signal_or_the_end_of_the_wait_leaves_the_queue_at_once() {
 fn a_waiting_acquire_prints_the_token_and_tells_stderr_once() {
     let server = RedisServer::start();
     let token = hold(&server, "60s");
-    let waiter = server
-        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
-        .spawn();
-    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    let waiter = queue_acquire(&server);
     server
         .redlock(&["release", "--key", "job", "--token", &token])
         .run()
@@ -988,10 +991,7 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
         .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "1s"])
         .run()
         .code(75);
-    let waiter = server
-        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "30s"])
-        .spawn();
-    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    let waiter = queue_acquire(&server);
     waiter.signal("TERM");
     waiter.wait(Duration::from_secs(5)).code(143);
     let mut keys = server.keys_but_history();
