@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
-use crate::exit::{Failure, NoReply, failure_of, no_reply};
+use crate::exit::{Failure, NoReply, failure_of, no_reply, unserved};
 use crate::lock::{Ending, Lock, Release, Replicas, Token};
 use crate::log::Log;
 use crate::quorum::Quorum;
@@ -49,11 +49,13 @@ impl Store {
 
     /// Token-checked release (or keep for the minimum hold) within `bound`. With one Redis,
     /// over `session` if given; in quorum mode, on every master at once. A release is not
-    /// idempotent (a nested hold only counts down), so it is sent a second time, on a fresh
-    /// connection, only when the first cannot run any more: the connection was found closed
-    /// (a server that dropped it while idle) or could not be made. Any other failure (a
-    /// timeout, a TLS error, an error reply from something between) may leave it to run: this
-    /// returns its error.
+    /// idempotent (a nested hold only counts down), so it is sent again, on a fresh connection,
+    /// only when it cannot have run: the connection was found closed (a server that dropped it
+    /// while idle) or could not be made, or the server refused it before running it (a Cluster
+    /// down while a master fails over, its slot moving, a redirection to a node that is gone).
+    /// Those are tried again, after a pause from the second time on, until `bound` (at most
+    /// [`MAX_RELEASES`] attempts). Any other failure (a timeout, a TLS error, an error reply
+    /// from something between) may leave it to run: this returns its error.
     // The release's own inputs (as `Lock::release` takes them) and how to bound and log it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -71,40 +73,49 @@ impl Store {
             Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
             Store::One(target) => target,
         };
-        // The whole bound for the first attempt: a renewal's connection still carries the
-        // renewals' shorter timeout. `sent`: the request may have reached the server.
-        let (released, sent) = match session.filter(|_| target.reuses_connections()) {
-            Some(mut session) => {
-                let _ = session.set_command_timeout(bound);
-                (lock.release(&mut session, token, min_hold, ending), true)
+        // A renewal's connection still carries the renewals' shorter timeout: each attempt
+        // gets what is left of the bound. `sent`: the request may have reached the server.
+        let mut session = session.filter(|_| target.reuses_connections());
+        let mut attempt = 0;
+        loop {
+            let remaining = deadline.remaining().max(Duration::from_millis(10));
+            let mut sent = false;
+            let released = match session.take() {
+                Some(session) => Ok(session),
+                None => target.connect_within(remaining),
             }
-            None => match target.connect_within(bound) {
-                Ok(mut fresh) => {
-                    let released = fresh
-                        .set_command_timeout(bound)
-                        .and_then(|()| lock.release(&mut fresh, token, min_hold, ending));
-                    (released, true)
+            .and_then(|mut session| {
+                sent = true;
+                session.set_command_timeout(remaining)?;
+                lock.release(&mut session, token, min_hold, ending)
+            });
+            attempt += 1;
+            let err = match released {
+                Err(err)
+                    if failure_of(&err) == Some(Failure::Unavailable)
+                        && (!sent
+                            || unserved(&err)
+                            || no_reply(&err) == Some(NoReply::Dropped))
+                        && attempt < MAX_RELEASES
+                        && !deadline.remaining().is_zero() =>
+                {
+                    err
                 }
-                Err(err) => (Err(err), false),
-            },
-        };
-        match released {
-            Err(err)
-                if failure_of(&err) == Some(Failure::Unavailable)
-                    && (!sent || no_reply(&err) == Some(NoReply::Dropped))
-                    && !deadline.remaining().is_zero() =>
-            {
-                log.step(format_args!("releasing failed ({err:#}); reconnecting"));
-                target
-                    .connect_within(deadline.remaining())
-                    .and_then(|mut fresh| {
-                        fresh.set_command_timeout(
-                            deadline.remaining().max(Duration::from_millis(10)),
-                        )?;
-                        lock.release(&mut fresh, token, min_hold, ending)
-                    })
+                result => return result,
+            };
+            // A closed connection is replaced at once; a server that refused the release or
+            // could not be reached is asked again after a pause.
+            if !sent || unserved(&err) {
+                let pause = RETRY_PAUSE * (1 << (attempt - 1).min(3));
+                std::thread::sleep(pause.min(deadline.remaining()));
             }
-            result => result,
+            log.step(format_args!("releasing failed ({err:#}); trying again"));
         }
     }
 }
+
+/// Attempts at one release at most (see [`Store::release`]): its bound ends them first.
+const MAX_RELEASES: u32 = 12;
+
+/// The pause before a release is sent again after a refusal: doubled each time, up to 400 ms.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
