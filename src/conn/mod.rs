@@ -257,7 +257,7 @@ const MAX_REDIRECTIONS: usize = 5;
 
 /// The longest a Cluster request pauses in all for TRYAGAIN (at most its command timeout): a
 /// slot's keys moving to another node, as a reshard moves them, a slot at a time.
-const TRYAGAIN_FOR: Duration = Duration::from_secs(3);
+const TRYAGAIN_FOR: Duration = Duration::from_secs(4);
 
 /// The pauses before a third, fourth and fifth MOVED (see [`Session::run`]), in all.
 const MOVED_PAUSES: Duration = Duration::from_millis(100 + 200 + 400 + 800);
