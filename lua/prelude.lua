@@ -384,6 +384,18 @@ local function history_start(lock, record)
   lock.history_count, lock.history_written = lock.history_count + 1, true
 end
 
+-- Replaces history entry `old` (its JSON) with `entry`, scored by `fence`: the new one is
+-- added first, so the key never empties on the way. (Redis deletes an empty sorted set, and a
+-- Cluster node whose slot is migrating refuses a script's write to a key it no longer has,
+-- half-way through the script.)
+local function history_replace(lock, old, fence, entry)
+  local json = cjson.encode(entry)
+  if json == old then return end
+  redis.call('ZADD', lock.key.history, fence, json)
+  redis.call('ZREM', lock.key.history, old)
+  lock.history_written = true
+end
+
 -- Changes the entry of `fence` with `change(entry)`; nothing when the history has none (it
 -- was trimmed, or written before the history existed).
 local function history_change(lock, fence, change)
@@ -393,9 +405,7 @@ local function history_change(lock, fence, change)
   local entry = decode(found[1])
   if not entry then return end
   change(entry)
-  redis.call('ZREM', key, found[1])
-  redis.call('ZADD', key, fence, cjson.encode(entry))
-  lock.history_written = true
+  history_replace(lock, found[1], fence, entry)
 end
 
 -- The first `bytes` bytes of UTF-8 `text`, never cutting a character in two (a reader would

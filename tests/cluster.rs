@@ -235,10 +235,13 @@ fn a_request_waits_out_a_slot_that_answers_tryagain() {
     assert!(errors >= 5, "{errors} TRYAGAIN: not what this test is about");
 }
 
-/// A slot migrating to a node that never ran redlock's scripts (its cache is empty): the node
-/// named by ASK serves a command only right after ASKING, so the script sent again as EVAL
-/// after its NOSCRIPT needs ASKING too, or the node sends it back with MOVED. `extend` goes
-/// through, and the lease it set is on the slot's new owner.
+/// A slot migrating to a node that never ran redlock's scripts (its cache is empty). While the
+/// lock's keys are still on the old owner, `extend` runs there, and leaves every key it found
+/// (a key that empties on the way cannot be written again there: the node refuses it half-way
+/// through the script). Once they moved, the old owner answers ASK, and the new one serves a
+/// command only right after ASKING: the script sent again as EVAL after its NOSCRIPT needs
+/// ASKING too, or the node sends it back with MOVED. Both go through; the lease is on the slot's
+/// new owner, and so is its history entry.
 #[test]
 fn an_extend_follows_ask_to_a_node_without_the_scripts() {
     let cluster = Cluster::start(0);
@@ -253,16 +256,24 @@ fn an_extend_follows_ask_to_a_node_without_the_scripts() {
         .find(|node| node.port != from.port)
         .unwrap();
     to.cmd::<()>(&["SCRIPT", "FLUSH"]);
-    cluster.begin_migration(slot, from, to);
-    as_locker(
-        &cluster,
-        &["extend", "--key", "k", "--token", &token, "--ttl", "90s"],
-    )
-    .run()
-    .code(0);
+    let extend = |ttl: &str| {
+        as_locker(
+            &cluster,
+            &["extend", "--key", "k", "--token", &token, "--ttl", ttl],
+        )
+        .run()
+        .code(0);
+    };
+    Cluster::mark_migration(slot, from, to);
+    extend("60s");
+    Cluster::move_keys(&slot.to_string(), from, to);
+    extend("90s");
     cluster.end_migration(slot, to);
     let left: i64 = to.cmd(&["PTTL", "redlock:{k}:holders"]);
     assert!(left > 60_000, "{left} ms left on the new owner");
+    let history = redlock(&cluster, &["history", "--key", "k", "--json"]).run();
+    history.code(0);
+    assert_eq!(history.json().as_array().map(Vec::len), Some(1));
 }
 
 /// While a master fails over, every node answers CLUSTERDOWN for about a second (here: a slot

@@ -117,11 +117,17 @@ impl Cluster {
     /// `from`, and its keys moved. Until [`Self::end_migration`], `from` answers a request for
     /// the slot with ASK (none of its keys is there) and `to` serves it after ASKING.
     pub fn begin_migration(&self, slot: i64, from: &RedisServer, to: &RedisServer) {
+        Self::mark_migration(slot, from, to);
+        Self::move_keys(&slot.to_string(), from, to);
+    }
+
+    /// `slot` marked IMPORTING on `to` and MIGRATING on `from`, its keys left where they are:
+    /// `from` still serves a request whose keys it all has (TRYAGAIN when it has some).
+    pub fn mark_migration(slot: i64, from: &RedisServer, to: &RedisServer) {
         let (from_id, to_id) = (Self::id(from), Self::id(to));
         let slot = slot.to_string();
         to.cmd::<()>(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
         from.cmd::<()>(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
-        Self::move_keys(&slot, from, to);
     }
 
     /// Moves the keys of `slot` still on `from` to `to` (MIGRATE, 100 at a time).
