@@ -106,7 +106,7 @@ impl Store {
             // A closed connection is replaced at once; a server that refused the release or
             // could not be reached is asked again after a pause.
             if !sent || unserved(&err) {
-                let pause = RETRY_PAUSE * (1 << (attempt - 1).min(3));
+                let pause = RETRY_PAUSE * (1 << (attempt - 1).min(2));
                 std::thread::sleep(pause.min(deadline.remaining()));
             }
             log.step(format_args!("releasing failed ({err:#}); trying again"));
@@ -115,7 +115,8 @@ impl Store {
 }
 
 /// Attempts at one release at most (see [`Store::release`]): its bound ends them first.
-const MAX_RELEASES: u32 = 12;
+const MAX_RELEASES: u32 = 40;
 
-/// The pause before a release is sent again after a refusal: doubled each time, up to 400 ms.
+/// The pause before a release is sent again after a refusal: doubled each time, up to 200 ms
+/// (a Cluster answers CLUSTERDOWN for about a second while a master fails over).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);

@@ -232,7 +232,10 @@ fn a_request_waits_out_a_slot_that_answers_tryagain() {
     let out = acquiring.wait(Duration::from_secs(20));
     out.code(0);
     let errors = owner.stat("total_error_replies") - errors;
-    assert!(errors >= 5, "{errors} TRYAGAIN: not what this test is about");
+    assert!(
+        errors >= 5,
+        "{errors} TRYAGAIN: not what this test is about"
+    );
 }
 
 /// A slot migrating to a node that never ran redlock's scripts (its cache is empty). While the

@@ -997,11 +997,13 @@ fn fences_rise_above_a_counter_left_behind() {
             .code(0);
         out.json()["fence"].as_u64().unwrap()
     };
-    let counter = |server: &RedisServer| -> u64 {
-        server.cmd::<String>(&["GET", FENCE]).parse().unwrap()
-    };
+    let counter =
+        |server: &RedisServer| -> u64 { server.cmd::<String>(&["GET", FENCE]).parse().unwrap() };
     let issued: Vec<u64> = (0..3).map(|_| fence(&server)).collect();
-    assert!(issued.windows(2).all(|pair| pair[0] < pair[1]), "{issued:?}");
+    assert!(
+        issued.windows(2).all(|pair| pair[0] < pair[1]),
+        "{issued:?}"
+    );
     // The counter as a replica that missed the last two fences has it.
     let behind = issued[0];
     server.cmd::<()>(&["SET", FENCE, &behind.to_string()]);

@@ -123,7 +123,12 @@ mod tests {
             redis::cmd("WAIT").arg(1).arg(500).get_packed_command()
         );
         assert_eq!(split(b"").unwrap().len(), 0);
-        for broken in [&b"*1\r\n$6\r\nASK"[..], b"*1\r\n$x\r\n", b"PING\r\n", b"*2\r\n$1\r\na\r\n"] {
+        for broken in [
+            &b"*1\r\n$6\r\nASK"[..],
+            b"*1\r\n$x\r\n",
+            b"PING\r\n",
+            b"*2\r\n$1\r\na\r\n",
+        ] {
             assert!(split(broken).is_err(), "{broken:?}");
         }
     }

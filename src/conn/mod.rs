@@ -27,7 +27,8 @@ use url::{Address, RedisUrl, Servers};
 
 use crate::duration;
 use crate::exit::{
-    Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with, failure_of, mark_unserved,
+    Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with, failure_of,
+    mark_unserved,
 };
 
 /// Who to log in as. The password never shows in `Debug`.
@@ -368,7 +369,10 @@ impl Session {
                 return Err(explain(&err));
             }
             match (err.kind(), err.redirect_node()) {
-                (ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)), Some((node, _))) => {
+                (
+                    ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)),
+                    Some((node, _)),
+                ) => {
                     if redirections == MAX_REDIRECTIONS {
                         // Says so, rather than quote the last redirection.
                         return Err(fail_unserved(format!(
