@@ -182,19 +182,27 @@ end
 -- The largest fence: Lua's numbers hold every integer up to 2^53 - 1, and no further.
 local MAX_FENCE = 9007199254740991
 
--- The next fencing token: the server's clock in microseconds, or one more than the last fence
--- issued (the counter) when that is higher (a hybrid clock). The counter never expires and only
--- grows. The clock makes fences rise across a counter that is missing (a new lock name, or the
--- counter was lost: evicted, flushed, a restart without persistence) or behind (a failover to a
--- replica that had not received the latest fences): every fence issued before was at most the
--- clock of the server that issued it, plus the fences it issued within one microsecond. The
--- assumptions (README.md, "Fences"): no server's clock is behind another's by as much as the
--- time between the last fence the one issues and the first the other does (a failover takes
--- seconds), and no clock steps back by that much. Scripts replicate by their effects (see the
--- top of this file): replicas and the AOF get the value, not a second reading of the clock.
+-- The unit of the clock that a fence takes when the counter is there (µs): a tenth of a second.
+-- Masters of a quorum (README.md, "Several masters") whose counters are equal then issue the
+-- same fence unless a tenth of a second begins between their scripts, and need no round to
+-- write it back; with the clock to the microsecond they would never agree.
+local FENCE_CLOCK_UNIT = 100000
+
+-- The next fencing token: the server's clock in microseconds (rounded down to FENCE_CLOCK_UNIT
+-- when there is a counter), or one more than the last fence issued (the counter) when that is
+-- higher: a hybrid clock. The counter never expires and only grows. The clock makes fences rise
+-- across a counter that is missing (a new lock name, or the counter was lost: evicted, flushed,
+-- a restart without persistence) or behind (a failover to a replica that had not received the
+-- latest fences): every fence issued before was at most the clock of the server that issued it,
+-- plus the fences it issued within one microsecond. The assumptions (README.md, "Safety"): no
+-- server's clock is behind another's by as much as the time between the last fence the one
+-- issues and the first the other does (a failover takes seconds), less a tenth of a second; and
+-- no clock steps back by that much. Scripts replicate by their effects (see the top of this
+-- file): replicas and the AOF get the value, not a second reading of the clock.
 local function next_fence(lock)
   local time = redis.call('TIME')
   local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if lock.last_fence then clock = clock - clock % FENCE_CLOCK_UNIT end
   local fence
   if lock.last_fence and tonumber(lock.last_fence) >= clock then
     fence = redis.call('INCR', lock.key.fence)

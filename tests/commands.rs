@@ -979,9 +979,9 @@ fn fences_keep_rising_when_the_counter_is_lost() {
 
 /// A fence counter behind the server's clock (a replica promoted before the latest fences
 /// reached it, which then issues fences from the counter it has) does not hold the next fence
-/// back: it is the server's clock, above every fence issued before and above the counter. A
-/// counter ahead of the clock (written back from a master whose clock is ahead, in quorum mode)
-/// gives one more than itself.
+/// back: it is the server's clock (to a tenth of a second), above every fence issued more than a
+/// tenth of a second before and above the counter. A counter ahead of the clock (written back
+/// from a master whose clock is ahead, in quorum mode) gives one more than itself.
 #[test]
 fn fences_rise_above_a_counter_left_behind() {
     let server = RedisServer::start();
@@ -1004,9 +1004,10 @@ fn fences_rise_above_a_counter_left_behind() {
         issued.windows(2).all(|pair| pair[0] < pair[1]),
         "{issued:?}"
     );
-    // The counter as a replica that missed the last two fences has it.
+    // The counter as a replica that missed the last two fences has it, a failover later.
     let behind = issued[0];
     server.cmd::<()>(&["SET", FENCE, &behind.to_string()]);
+    std::thread::sleep(Duration::from_millis(150));
     let next = fence(&server);
     assert!(
         next > issued[2] && next > behind + 1,
@@ -1015,6 +1016,7 @@ fn fences_rise_above_a_counter_left_behind() {
     assert_eq!(counter(&server), next);
     // Far behind: a counter that started long ago and was never raised.
     server.cmd::<()>(&["SET", FENCE, "1000"]);
+    std::thread::sleep(Duration::from_millis(150));
     let after = fence(&server);
     assert!(after > next, "fence {after} after {next}");
     // Ahead of the clock by a day: one more than the counter.
