@@ -73,12 +73,17 @@ impl Store {
             Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
             Store::One(target) => target,
         };
-        // A renewal's connection still carries the renewals' shorter timeout: each attempt
-        // gets what is left of the bound. `sent`: the request may have reached the server.
+        // A renewal's connection still carries the renewals' shorter timeout: the first attempt
+        // gets the whole bound, each later one what is left of it. `sent`: the request may have
+        // reached the server.
         let mut session = session.filter(|_| target.reuses_connections());
         let mut attempt = 0;
         loop {
-            let remaining = deadline.remaining().max(Duration::from_millis(10));
+            let remaining = if attempt == 0 {
+                bound
+            } else {
+                deadline.remaining().max(Duration::from_millis(10))
+            };
             let mut sent = false;
             let released = match session.take() {
                 Some(session) => Ok(session),
