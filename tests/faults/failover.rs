@@ -61,8 +61,8 @@ fn redlock(url: &str, args: &[String]) -> Redlock {
     Redlock::new(&args).env("REDLOCK_URL", url)
 }
 
-/// Waits until `server` holds the same fence counter as `master` for `key`'s lock: the last
-/// fence reached the replica.
+/// Waits until the replica `server` holds the same counter `fence_key` as `master`: the last
+/// fence reached it.
 fn wait_replicated(master: &RedisServer, server: &RedisServer, fence_key: &str) {
     let fence: String = master.cmd(&["GET", fence_key]);
     let mut con = server.client();
@@ -395,7 +395,8 @@ fn renewals_and_waits_go_through_a_live_reshard() {
 }
 
 /// The longest time a lock whose probes log to `probe` stayed free between two holders (from
-/// one probe's end to the next one's start), in the probes' log.
+/// one probe's end to the next one's start), in the probes' log (in the probe's directory, the
+/// argument after its script).
 fn longest_idle(probe: &Probe) -> Duration {
     let dir = probe.command(Duration::ZERO)[3].clone();
     let log = std::fs::read_to_string(format!("{dir}/log")).unwrap_or_default();
