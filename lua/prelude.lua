@@ -72,6 +72,11 @@ if redis.setresp == nil then
   local version = ok and type(info) == 'string' and string.match(info, 'redis_version:([%w%.%-]+)')
   return redis.error_reply('OLDSERVER ' .. (version or 'older than 6.0'))
 end
+-- Writes replicate as their effects, not as the script: what a script computed from the
+-- server's clock (a lease's end, a fence) reaches replicas and the AOF as the value computed.
+-- Redis 7 knows no other way (and ignores this); on 6.x it is the default, set here in case a
+-- configuration turned it off (scripts that read TIME and then write would fail there).
+if redis.replicate_commands then redis.replicate_commands() end
 
 -- Names the script's KEYS and ARGV, in order: `key.<name>` and `arg.<name>`. The same names, in
 -- the same order, are declared on the Rust side (src/scripts.rs; a test compares them). Returns
@@ -190,20 +195,36 @@ end
 -- The largest fence: Lua's numbers hold every integer up to 2^53 - 1, and no further.
 local MAX_FENCE = 9007199254740991
 
--- The next fencing token. The counter never expires and only grows. When it is missing (a new
--- lock name, or the counter was lost: evicted, flushed, a restart without persistence, a
--- failover to a replica that had not received it) it starts from the server's clock in
--- microseconds, not from 0, so that fences go on rising across such a loss. The one
--- assumption (README.md, "Fences"): fewer fences were issued since the counter was last
--- started than microseconds have passed, and the server's clock did not step back.
+-- The unit of the clock that a fence takes when the counter is there (µs): a tenth of a second.
+-- Masters of a quorum (README.md, "Several masters") whose counters are equal then issue the
+-- same fence unless a tenth of a second begins between their scripts, and need no round to
+-- write it back; with the clock to the microsecond they would never agree.
+local FENCE_CLOCK_UNIT = 100000
+
+-- The next fencing token: the server's clock in microseconds (rounded down to FENCE_CLOCK_UNIT
+-- when there is a counter), or one more than the last fence issued (the counter) when that is
+-- higher: a hybrid clock. The counter never expires and only grows. The clock makes fences rise
+-- across a counter that is missing (a new lock name, or the counter was lost: evicted, flushed,
+-- a restart without persistence) or behind (a failover to a replica that had not received the
+-- latest fences): every fence issued before was at most the clock of the server that issued it,
+-- plus the fences it issued within one microsecond. The assumptions (README.md, "Safety"): no
+-- server's clock is behind another's by as much as the time between the last fence the one
+-- issues and the first the other does (a failover takes seconds), less a tenth of a second; and
+-- no clock steps back by that much. Scripts replicate by their effects (see the top of this
+-- file): replicas and the AOF get the value, not a second reading of the clock.
 local function next_fence(lock)
-  if not lock.last_fence then
-    local time = redis.call('TIME')
-    local seed = int(tonumber(time[1]) * 1000000 + tonumber(time[2]))
-    redis.call('SET', lock.key.fence, seed)
-    lock.last_fence = seed
+  local time = redis.call('TIME')
+  local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if lock.last_fence then clock = clock - clock % FENCE_CLOCK_UNIT end
+  local fence
+  if lock.last_fence and tonumber(lock.last_fence) >= clock then
+    fence = redis.call('INCR', lock.key.fence)
+  else
+    fence = clock
+    redis.call('SET', lock.key.fence, int(clock))
   end
-  return redis.call('INCR', lock.key.fence)
+  lock.last_fence = int(fence)
+  return fence
 end
 
 -- The writes of the scripts that change a lock (acquire, release), for may_write.
@@ -384,6 +405,18 @@ local function history_start(lock, record)
   lock.history_count, lock.history_written = lock.history_count + 1, true
 end
 
+-- Replaces history entry `old` (its JSON) with `entry`, scored by `fence`: the new one is
+-- added first, so the key never empties on the way. (Redis deletes an empty sorted set, and a
+-- Cluster node whose slot is migrating refuses a script's write to a key it no longer has,
+-- half-way through the script.)
+local function history_replace(lock, old, fence, entry)
+  local json = cjson.encode(entry)
+  if json == old then return end
+  redis.call('ZADD', lock.key.history, fence, json)
+  redis.call('ZREM', lock.key.history, old)
+  lock.history_written = true
+end
+
 -- Changes the entry of `fence` with `change(entry)`; nothing when the history has none (it
 -- was trimmed, or written before the history existed).
 local function history_change(lock, fence, change)
@@ -393,9 +426,7 @@ local function history_change(lock, fence, change)
   local entry = decode(found[1])
   if not entry then return end
   change(entry)
-  redis.call('ZREM', key, found[1])
-  redis.call('ZADD', key, fence, cjson.encode(entry))
-  lock.history_written = true
+  history_replace(lock, found[1], fence, entry)
 end
 
 -- The first `bytes` bytes of UTF-8 `text`, never cutting a character in two (a reader would

@@ -40,9 +40,7 @@ if before ~= fence then
   local entry = decode(found[1])
   if entry then
     entry.fence = fence
-    redis.call('ZREM', key.history, found[1])
-    redis.call('ZADD', key.history, fence, cjson.encode(entry))
-    lock.history_written = true
+    history_replace(lock, found[1], fence, entry)
   end
 end
 settle(lock)

@@ -203,6 +203,10 @@ pub struct Failed {
     pub hint: Option<Hint>,
     /// A request was sent and no reply came: it may still take effect.
     pub no_reply: Option<NoReply>,
+    /// The server answered that it cannot serve the request now (the Cluster is down, or the
+    /// lock's slot is moving; the master is down; the data set is loading): it did not run,
+    /// and may be sent again.
+    pub unserved: bool,
 }
 
 /// How a request went unanswered.
@@ -260,6 +264,7 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
         message: message.into(),
         hint: None,
         no_reply: None,
+        unserved: false,
     })
 }
 
@@ -270,7 +275,39 @@ pub(crate) fn fail_no_reply(how: NoReply, message: impl Into<String>) -> anyhow:
         message: message.into(),
         hint: None,
         no_reply: Some(how),
+        unserved: false,
     })
+}
+
+/// Unavailable (69): the server answered that it cannot serve the request now, and did not
+/// run it (see [`Failed::unserved`]).
+pub(crate) fn fail_unserved(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failed {
+        failure: Failure::Unavailable,
+        message: message.into(),
+        hint: None,
+        no_reply: None,
+        unserved: true,
+    })
+}
+
+/// `err` (a failure to reach a server) marked as a request that did not run: the request was
+/// redirected to a server that could not be reached. Other outcomes stay as they are.
+pub(crate) fn mark_unserved(mut err: anyhow::Error) -> anyhow::Error {
+    if let Some(failed) = err.downcast_mut::<Failed>()
+        && failed.failure == Failure::Unavailable
+    {
+        failed.unserved = true;
+    }
+    err
+}
+
+/// Whether `err`'s request was refused before it ran, by a server that cannot serve it now
+/// (see [`fail_unserved`]).
+pub(crate) fn unserved(err: &anyhow::Error) -> bool {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<Failed>())
+        .is_some_and(|failed| failed.unserved)
 }
 
 /// How `err`'s request went unanswered, if it is one that was sent and never answered (see
@@ -288,6 +325,7 @@ pub fn fail_with(failure: Failure, message: impl Into<String>, hint: Hint) -> an
         message: message.into(),
         hint: Some(hint),
         no_reply: None,
+        unserved: false,
     })
 }
 

@@ -847,3 +847,50 @@ fn the_final_release_returns_once_a_majority_answered() {
     }
     assert_eq!(masters.holders_on(0, "k") + masters.holders_on(1, "k"), 0);
 }
+
+/// Masters whose fence counters agree issue the same next fence (a fence's clock part is taken
+/// to a tenth of a second when there is a counter), so an acquisition needs no second round to
+/// write its fence back. After a first `run` (new counters, each from its own master's clock,
+/// written back), 6 acquisitions and releases make 12 script calls on each master; writing each
+/// fence back would make 18. One more is allowed for a tenth of a second that began between the
+/// masters' scripts.
+#[test]
+fn masters_in_step_issue_one_fence_without_writing_it_back() {
+    let masters = Masters::start(3);
+    masters
+        .redlock(&["run", "--key", "step", "--", "true"])
+        .run()
+        .code(0);
+    let scripts = |server: &RedisServer| server.calls(&["evalsha", "eval"]);
+    let before: Vec<u64> = masters.servers.iter().map(scripts).collect();
+    let mut fences = Vec::new();
+    for _ in 0..6 {
+        let out = masters
+            .redlock(&["acquire", "--key", "step", "--ttl", "30s", "--json"])
+            .run();
+        out.code(0);
+        let acquired = out.json();
+        fences.push(acquired["fence"].as_u64().unwrap());
+        masters
+            .redlock(&[
+                "release",
+                "--key",
+                "step",
+                "--token",
+                acquired["token"].as_str().unwrap(),
+            ])
+            .run()
+            .code(0);
+    }
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "{fences:?}"
+    );
+    for (index, server) in masters.servers.iter().enumerate() {
+        let calls = scripts(server) - before[index];
+        assert!(
+            calls <= 13,
+            "master {index}: {calls} script calls for 6 acquisitions and releases"
+        );
+    }
+}

@@ -53,7 +53,6 @@ fn lock_is_free(server: &RedisServer) -> bool {
 #[test]
 fn exit_statuses_pass_through_and_the_lock_is_released() {
     let server = RedisServer::start();
-    let mut first = None;
     for code in [0, 3, 255] {
         let out = server
             .redlock(&run_args("5s", &format!("exit {code}")))
@@ -64,12 +63,6 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
             [FENCE],
             "lock left behind after exit {code}"
         );
-        first.get_or_insert_with(|| {
-            server
-                .cmd::<String>(&["GET", FENCE])
-                .parse::<u64>()
-                .unwrap()
-        });
     }
     let out = server.redlock(&run_args("5s", "kill -9 $$")).run();
     out.code(137)
@@ -86,9 +79,24 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
         .run()
         .code(4);
     assert_eq!(server.keys_but_history(), [FENCE]);
-    // Seven runs, seven fences.
+    // Seven runs, seven fences, each above the one before; the counter holds the last.
+    let history = server.redlock(&["history", "--key", "job", "--json"]).run();
+    history.code(0);
+    let mut fences: Vec<u64> = history
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["fence"].as_u64().unwrap())
+        .collect();
+    fences.reverse();
+    assert_eq!(fences.len(), 7, "{fences:?}");
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "{fences:?}"
+    );
     let fence: String = server.cmd(&["GET", FENCE]);
-    assert_eq!(fence, (first.unwrap() + 6).to_string());
+    assert_eq!(fence, fences[6].to_string());
 }
 
 /// A parent that ignores SIGCHLD passes that on through exec; the kernel would then reap the

@@ -4,6 +4,7 @@
 //! Secrets never leave this module in clear: [`Target::redacted`] is the only form of the URL
 //! used in messages, and no Redis error text carries the password.
 
+mod asking;
 mod resp;
 mod sentinel;
 mod tls;
@@ -25,7 +26,10 @@ use transport::Connection;
 use url::{Address, RedisUrl, Servers};
 
 use crate::duration;
-use crate::exit::{Failure, Hint, NoReply, fail, fail_no_reply, fail_with, failure_of};
+use crate::exit::{
+    Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with, failure_of,
+    mark_unserved,
+};
 
 /// Who to log in as. The password never shows in `Debug`.
 #[derive(Clone, Default)]
@@ -173,17 +177,21 @@ impl Target {
     }
 
     /// The longest a request on a connection not yet open can take: connecting (asking each
-    /// sentinel first, or trying each seed of a Cluster, and following a redirection), logging
-    /// in, and one command. The caller's own bound on a worker that went quiet (a name lookup
-    /// has no timeout of ours).
+    /// sentinel first, or trying each seed of a Cluster, and following redirections with their
+    /// pauses), logging in, and one command. The caller's own bound on a worker that went quiet
+    /// (a name lookup has no timeout of ours).
     pub(crate) fn request_bound(&self) -> Duration {
-        let connects = match &self.servers {
-            Servers::Single(_) => 1,
-            Servers::Sentinel { sentinels, .. } => sentinels.len() + 1,
-            Servers::Cluster { seeds } => seeds.len() + MAX_REDIRECTIONS,
+        let (connects, pauses) = match &self.servers {
+            Servers::Single(_) => (1, Duration::ZERO),
+            Servers::Sentinel { sentinels, .. } => (sentinels.len() + 1, Duration::ZERO),
+            Servers::Cluster { seeds } => (
+                seeds.len() + MAX_REDIRECTIONS,
+                MOVED_PAUSES + TRYAGAIN_FOR.min(self.dial.command_timeout),
+            ),
         };
         self.dial.connect_timeout * u32::try_from(connects).unwrap_or(u32::MAX)
             + self.dial.command_timeout
+            + pauses
             + Duration::from_secs(1)
     }
 
@@ -247,6 +255,13 @@ impl Target {
 
 /// Redirections a Cluster request may follow (a slot moved, or moving) before it fails.
 const MAX_REDIRECTIONS: usize = 5;
+
+/// The longest a Cluster request pauses in all for TRYAGAIN (at most its command timeout): a
+/// slot's keys moving to another node, as a reshard moves them, a slot at a time.
+const TRYAGAIN_FOR: Duration = Duration::from_secs(4);
+
+/// The pauses before a third, fourth and fifth MOVED (see [`Session::run`]), in all.
+const MOVED_PAUSES: Duration = Duration::from_millis(100 + 200 + 400 + 800);
 
 /// An open connection and what is needed to explain its failures and, in a Cluster, to follow
 /// them to the node that serves the lock's slot.
@@ -322,59 +337,89 @@ impl Session {
     }
 
     /// Runs one request; a failure becomes an error with the right outcome and the server
-    /// named. In a Cluster, a request for a slot another node serves is sent again there
-    /// (MOVED: from now on; ASK: this once, during a slot's migration): none of those ran. A
-    /// TRYAGAIN, or a second MOVED, is followed after a pause of 50 ms doubled for each
-    /// redirection so far (at most 800 ms).
+    /// named. In a Cluster, a request for a slot another node serves is sent there (MOVED: from
+    /// now on; ASK: during a slot's migration, each of its commands after `ASKING`), at most
+    /// [`MAX_REDIRECTIONS`] times; a second MOVED follows a pause of 50 ms doubled for each
+    /// redirection so far. A TRYAGAIN (the slot is moving, and the request's keys are not all
+    /// on one side yet) sends it again to the same node after a pause of 50 ms, doubling up to
+    /// 800 ms, as long as the pauses add up to at most [`TRYAGAIN_FOR`] and the command
+    /// timeout. None of those ran the request.
     pub(crate) fn run<T>(
         &mut self,
         mut request: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> anyhow::Result<T> {
         self.used = true;
-        for redirection in 0..=MAX_REDIRECTIONS {
-            let err = match request(&mut *self.con) {
+        let mut redirections = 0;
+        let mut retries = 0;
+        let mut paused = Duration::ZERO;
+        let tryagain_for = TRYAGAIN_FOR.min(self.command_timeout);
+        // The node an ASK named, for as long as the request is sent there.
+        let mut asked: Option<Session> = None;
+        loop {
+            let result = match asked.as_mut() {
+                Some(there) => request(&mut asking::Asking(&mut there.con)),
+                None => request(&mut *self.con),
+            };
+            let err = match result {
                 Ok(reply) => return Ok(reply),
                 Err(err) => err,
             };
-            let follow = self.cluster && redirection < MAX_REDIRECTIONS;
+            let explain = |err: &RedisError| asked.as_ref().unwrap_or(self).explain(err);
+            if !self.cluster {
+                return Err(explain(&err));
+            }
             match (err.kind(), err.redirect_node()) {
-                (ErrorKind::Server(ServerErrorKind::Moved), Some((node, _))) if follow => {
-                    // Moved again: the nodes disagree about the slot's owner for now (a
-                    // reconfiguration under way), and would send it back and forth at once.
-                    if redirection > 0 {
-                        std::thread::sleep(Duration::from_millis(50 << redirection));
+                (
+                    ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)),
+                    Some((node, _)),
+                ) => {
+                    if redirections == MAX_REDIRECTIONS {
+                        // Says so, rather than quote the last redirection.
+                        return Err(fail_unserved(format!(
+                            "more than {MAX_REDIRECTIONS} redirections in the Cluster"
+                        ))
+                        .context(self.dial.shown.clone()));
                     }
                     let address = self.node_address(node)?;
-                    let moved = self.dial.open(&address, self.dial.connect_timeout)?;
-                    self.con = moved.con;
-                    self.address = address;
+                    if kind == ServerErrorKind::Moved {
+                        // Moved again: the nodes disagree about the slot's owner for now (a
+                        // reconfiguration under way), and would send it back and forth at once.
+                        if redirections > 0 {
+                            std::thread::sleep(Duration::from_millis(50 << redirections));
+                        }
+                        let moved = self.open_redirected(&address)?;
+                        self.con = moved.con;
+                        self.address = address;
+                        asked = None;
+                    } else if asked.as_ref().is_none_or(|there| there.address != address) {
+                        asked = Some(self.open_redirected(&address)?);
+                    }
+                    redirections += 1;
                 }
-                (ErrorKind::Server(ServerErrorKind::Ask), Some((node, _))) if follow => {
-                    let address = self.node_address(node)?;
-                    let mut there = self.dial.open(&address, self.dial.connect_timeout)?;
-                    return redis::cmd("ASKING")
-                        .query::<()>(&mut there.con)
-                        .and_then(|()| request(&mut there.con))
-                        .map_err(|err| there.explain(&err));
+                (ErrorKind::Server(ServerErrorKind::TryAgain), _) => {
+                    let pause = Duration::from_millis(50 << retries.min(4));
+                    if paused + pause > tryagain_for {
+                        return Err(explain(&err));
+                    }
+                    std::thread::sleep(pause);
+                    paused += pause;
+                    retries += 1;
                 }
-                // A multi-key request during a slot's migration: soon answered elsewhere.
-                (ErrorKind::Server(ServerErrorKind::TryAgain), _) if follow => {
-                    std::thread::sleep(Duration::from_millis(50 << redirection));
-                }
-                // Redirected once too often: says so, rather than quote the last redirection.
-                (ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask), Some(_))
-                    if self.cluster =>
-                {
-                    break;
-                }
-                _ => return Err(self.explain(&err)),
+                _ => return Err(explain(&err)),
             }
         }
-        Err(fail(
-            Failure::Unavailable,
-            format!("more than {MAX_REDIRECTIONS} redirections in the Cluster"),
-        )
-        .context(self.dial.shown.clone()))
+    }
+
+    /// A session with the node a redirection named. The request has not run: a failure to
+    /// reach that node says so (see [`fail_unserved`]).
+    fn open_redirected(&self, address: &Address) -> anyhow::Result<Session> {
+        let mut there = self
+            .dial
+            .open(address, self.dial.connect_timeout)
+            .map_err(mark_unserved)?;
+        there.cluster = true;
+        there.set_command_timeout(self.command_timeout)?;
+        Ok(there)
     }
 
     /// Sessions with every master that holds keys: in a Cluster one per master (CLUSTER
@@ -518,15 +563,15 @@ fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
             "the server is a read-only replica",
             Hint::UseMaster,
         ),
+        // Refused before running: the request may be sent again.
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::TryAgain,
-        ) => fail(
-            Failure::Unavailable,
-            format!("the server cannot serve requests now: {code} {detail}"),
-        ),
+        ) => fail_unserved(format!(
+            "the server cannot serve requests now: {code} {detail}"
+        )),
         // A command sent before authenticating: small ones get NOAUTH, and the server drops
         // a client whose first request has many arguments.
         _ if code == "NOAUTH" || detail.contains("unauthenticated") => fail_with(

@@ -7,13 +7,13 @@
 //! kind it is.
 
 mod quorum;
+mod single;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
-use crate::exit::{Failure, NoReply, fail, failure_of, no_reply};
+use crate::exit::{Failure, fail};
 use crate::keys::{LockName, Prefix};
 use crate::lock::{Holder, LockState, Unreadable};
 use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Token, list};
@@ -203,13 +203,7 @@ impl Store {
     ) -> anyhow::Result<(bool, Option<Session>)> {
         match self {
             Store::One(target) => {
-                let mut session = match session.filter(|_| target.reuses_connections()) {
-                    Some(session) => session,
-                    None => target.connect_within(timeout)?,
-                };
-                session.set_command_timeout(timeout)?;
-                let extended = lock.extend(&mut session, token, ttl, replicas)?;
-                Ok((extended, Some(session)))
+                single::extend(target, lock, session, token, ttl, replicas, timeout)
             }
             Store::Quorum(quorum) => quorum
                 .extend(lock, token, ttl, timeout)
@@ -217,13 +211,9 @@ impl Store {
         }
     }
 
-    /// Token-checked release (or keep for the minimum hold) within `bound`. With one Redis,
-    /// over `session` if given; in quorum mode, on every master at once. A release is not
-    /// idempotent (a nested hold only counts down), so it is sent a second time, on a fresh
-    /// connection, only when the first cannot run any more: the connection was found closed
-    /// (a server that dropped it while idle) or could not be made. Any other failure (a
-    /// timeout, a TLS error, an error reply from something between) may leave it to run: this
-    /// returns its error.
+    /// Token-checked release (or keep for the minimum hold) within `bound`: with one Redis,
+    /// over `session` if given (see `single::release` for when it is sent again); in quorum
+    /// mode, on every master at once.
     pub(crate) fn release(
         &self,
         lock: &Lock,
@@ -232,50 +222,11 @@ impl Store {
         bound: Duration,
         log: Log,
     ) -> anyhow::Result<Release> {
-        let deadline = BootInstant::now() + bound;
-        let &ReleaseRequest {
-            token,
-            min_hold,
-            ending,
-        } = request;
-        let target = match self {
-            Store::Quorum(quorum) => return quorum.release(lock, token, min_hold, ending, bound),
-            Store::One(target) => target,
-        };
-        // The whole bound for the first attempt: a renewal's connection still carries the
-        // renewals' shorter timeout. `sent`: the request may have reached the server.
-        let (released, sent) = match session.filter(|_| target.reuses_connections()) {
-            Some(mut session) => {
-                let _ = session.set_command_timeout(bound);
-                (lock.release(&mut session, token, min_hold, ending), true)
+        match self {
+            Store::One(target) => single::release(target, lock, session, request, bound, log),
+            Store::Quorum(quorum) => {
+                quorum.release(lock, request.token, request.min_hold, request.ending, bound)
             }
-            None => match target.connect_within(bound) {
-                Ok(mut fresh) => {
-                    let released = fresh
-                        .set_command_timeout(bound)
-                        .and_then(|()| lock.release(&mut fresh, token, min_hold, ending));
-                    (released, true)
-                }
-                Err(err) => (Err(err), false),
-            },
-        };
-        match released {
-            Err(err)
-                if failure_of(&err) == Some(Failure::Unavailable)
-                    && (!sent || no_reply(&err) == Some(NoReply::Dropped))
-                    && !deadline.remaining().is_zero() =>
-            {
-                log.step(format_args!("releasing failed ({err:#}); reconnecting"));
-                target
-                    .connect_within(deadline.remaining())
-                    .and_then(|mut fresh| {
-                        fresh.set_command_timeout(
-                            deadline.remaining().max(Duration::from_millis(10)),
-                        )?;
-                        lock.release(&mut fresh, token, min_hold, ending)
-                    })
-            }
-            result => result,
         }
     }
 }

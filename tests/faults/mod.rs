@@ -4,6 +4,7 @@
 //! `#[ignore]`d tests too, longer soaks, more rounds) and writes docs/reliability.md from what
 //! each scenario counted.
 
+mod failover;
 mod harness;
 mod hostile;
 mod hygiene;

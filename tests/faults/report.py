@@ -86,7 +86,8 @@ print("Latencies in the notes (signal, release, SIGKILL and SIGTERM timing) are 
       "behind, or an exit code the row did not expect.")
 print()
 print("Covered by the rest of the test suite (every `cargo test`, without counts): T21 "
-      "Sentinel failover (tests/sentinel.rs), T23 Cluster failover and migration "
-      "(tests/cluster.rs), T32 TLS (tests/tls.rs), T16/T17 quorum mode with masters down and "
+      "Sentinel failover (tests/sentinel.rs), T23 Cluster failover and migration without "
+      "faults (tests/cluster.rs; the T23 rows above count them under faults), T32 TLS "
+      "(tests/tls.rs), T16/T17 quorum mode with masters down and "
       "stopped, and 300 acquisitions across 5 masters under a failing minority "
       "(tests/quorum.rs).")

@@ -292,11 +292,6 @@ fn scenarios_not_run_here_are_reported() {
             "hiccups: 1 s drops, 50 in 5 min",
             "root for nftables rules per client uid",
         ),
-        (
-            "T20",
-            "Sentinel failover, replica link cut",
-            "root for nftables (tests/sentinel.rs covers the clean failover)",
-        ),
         ("T22", "split brain", "root and network namespaces"),
         (
             "T26",

@@ -95,15 +95,45 @@ impl Cluster {
         node.cmd(&["CLUSTER", "MYID"])
     }
 
+    /// `redis+cluster://` with every node as a seed: redlock still finds the Cluster when some
+    /// of them are down.
+    pub fn seeds_url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
     /// Moves `slot` and its keys from `from` to `to`, as `redis-cli --cluster reshard` does,
     /// telling every master the new owner.
     pub fn migrate(&self, slot: i64, from: &RedisServer, to: &RedisServer) {
+        self.begin_migration(slot, from, to);
+        self.end_migration(slot, to);
+    }
+
+    /// The first half of [`Self::migrate`]: `slot` marked IMPORTING on `to` and MIGRATING on
+    /// `from`, and its keys moved. Until [`Self::end_migration`], `from` answers a request for
+    /// the slot with ASK (none of its keys is there) and `to` serves it after ASKING.
+    pub fn begin_migration(&self, slot: i64, from: &RedisServer, to: &RedisServer) {
+        Self::mark_migration(slot, from, to);
+        Self::move_keys(&slot.to_string(), from, to);
+    }
+
+    /// `slot` marked IMPORTING on `to` and MIGRATING on `from`, its keys left where they are:
+    /// `from` still serves a request whose keys it all has (TRYAGAIN when it has some).
+    pub fn mark_migration(slot: i64, from: &RedisServer, to: &RedisServer) {
         let (from_id, to_id) = (Self::id(from), Self::id(to));
         let slot = slot.to_string();
         to.cmd::<()>(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
         from.cmd::<()>(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+    }
+
+    /// Moves the keys of `slot` still on `from` to `to` (MIGRATE, 100 at a time).
+    pub fn move_keys(slot: &str, from: &RedisServer, to: &RedisServer) {
         loop {
-            let keys: Vec<String> = from.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            let keys: Vec<String> = from.cmd(&["CLUSTER", "GETKEYSINSLOT", slot, "100"]);
             if keys.is_empty() {
                 break;
             }
@@ -120,6 +150,11 @@ impl Cluster {
             let migrate: Vec<&str> = migrate.iter().map(String::as_str).collect();
             from.cmd::<()>(&migrate);
         }
+    }
+
+    /// The second half of [`Self::migrate`]: every master told that `to` owns `slot`.
+    pub fn end_migration(&self, slot: i64, to: &RedisServer) {
+        let (to_id, slot) = (Self::id(to), slot.to_string());
         for node in &self.nodes {
             let role: Vec<redis::Value> = node.cmd(&["ROLE"]);
             if redis::from_redis_value::<String>(role[0].clone()).unwrap() == "master" {

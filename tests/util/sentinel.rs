@@ -24,10 +24,22 @@ impl Sentinels {
     /// Starts everything and waits until the sentinels know the master, its replicas and each
     /// other, and every replica is in sync.
     pub fn start_with_replicas(count: usize) -> Self {
+        Self::start_with(&vec![&[][..]; count])
+    }
+
+    /// Like [`Self::start_with_replicas`], one replica per entry, started with its extra
+    /// arguments (`["--replica-priority", "0"]`: never promoted).
+    pub fn start_with(replica_args: &[&[&str]]) -> Self {
+        let count = replica_args.len();
         let master = RedisServer::start();
-        let replicas: Vec<RedisServer> = (0..count)
-            .map(|_| {
-                RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()])
+        let replicas: Vec<RedisServer> = replica_args
+            .iter()
+            .map(|args| {
+                let mut all = vec!["--replicaof", "127.0.0.1"];
+                let port = master.port.to_string();
+                all.push(&port);
+                all.extend_from_slice(args);
+                RedisServer::start_with(&all)
             })
             .collect();
         let dir = TempDir::new("sentinels");
