@@ -9,6 +9,7 @@ mod hostile;
 mod hygiene;
 mod liveness;
 mod model;
+mod network;
 mod scenarios;
 mod soak;
 mod wrapper;
