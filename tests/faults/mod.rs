@@ -10,6 +10,7 @@ mod hygiene;
 mod liveness;
 mod model;
 mod network;
+mod partitions;
 mod scenarios;
 mod soak;
 mod wrapper;
