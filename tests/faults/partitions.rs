@@ -83,6 +83,10 @@ fn watch(redlock: Redlock, limit: Duration) -> Watched {
 }
 
 impl Watched {
+    fn finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     fn join(self) -> Ended {
         let (output, exited) = self
             .thread
@@ -516,11 +520,18 @@ struct SplitBrainRound {
     other_start: Duration,
     /// From the partition to the isolated holder's exit.
     isolated_exit: Duration,
+    /// Whether it exited before the partition healed.
+    by_itself: bool,
+    /// How long both commands ran at once.
+    overlap: Duration,
 }
+
+/// How long a T22 partition lasts at most.
+const PARTITION: Duration = Duration::from_secs(12);
 
 /// One T22 round: a holder runs on the master's host; that host (master, sentinel and holder)
 /// is cut off from the other two; their sentinels promote a replica; a client there takes the
-/// lock; then the partition heals.
+/// lock for 5 s; the partition heals once the isolated holder stopped, or after 12 s.
 fn split_brain_round(tally: &mut Tally, guards: Guards) -> SplitBrainRound {
     let mut net = Net::start().expect("the network (checked by the caller)");
     let set = SplitBrain::start(&mut net, guards);
@@ -557,13 +568,16 @@ fn split_brain_round(tally: &mut Tally, guards: Guards) -> SplitBrainRound {
                 .args(&client_args)
                 .env("REDLOCK_URL", &set.url(1)),
             &probe,
-            Duration::from_secs(1),
+            Duration::from_secs(5),
         ),
         Duration::from_secs(60),
     );
     let majority_side = majority_side.join();
-    // Heal once the majority's holder is done: the isolated holder, if it still runs, then
-    // meets a demoted master or a lock that is not its own.
+    // The partition lasts until the isolated holder stopped by itself, or 12 s: then it heals,
+    // and a holder still running meets a demoted master or a lock that is not its own.
+    let since = Duration::from_nanos(monotonic_ns() - partitioned);
+    wait_until(PARTITION.saturating_sub(since), || isolated.finished());
+    let healed = monotonic_ns();
     set.hosts[0].heal();
     let isolated = isolated.join();
     tally.runs += 2;
@@ -579,14 +593,19 @@ fn split_brain_round(tally: &mut Tally, guards: Guards) -> SplitBrainRound {
     );
     let verdict = probe.verdict();
     tally.add_verdict(verdict);
-    let other_start = probe.starts().get(1).map_or(Duration::MAX, |(at, _)| {
-        Duration::from_nanos(at.saturating_sub(partitioned))
-    });
+    let other_start = probe.starts().get(1).map_or(u64::MAX, |(at, _)| *at);
     SplitBrainRound {
         overlaps: verdict.overlaps + verdict.lost_increments,
         failover,
-        other_start,
+        other_start: Duration::from_nanos(other_start.saturating_sub(partitioned)),
         isolated_exit: Duration::from_nanos(isolated.exited.saturating_sub(partitioned)),
+        by_itself: isolated.exited < healed,
+        overlap: Duration::from_nanos(
+            isolated
+                .exited
+                .min(majority_side.exited)
+                .saturating_sub(other_start),
+        ),
     }
 }
 
@@ -608,12 +627,15 @@ fn split_brain_row(name: &'static str, guards: Guards, rounds: usize, in_model: 
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let by_itself = results.iter().filter(|round| round.by_itself).count();
     tally.notes = format!(
-        "--ttl 3s, {rounds} rounds: {} overlapping probes; seconds after the partition: replica promoted {}; the other side's command started {}; the isolated holder exited {} (healed once the other side's 1 s command ended)",
+        "--ttl 3s, {rounds} rounds: {} overlapping probes, both commands at once for {} s; seconds after the partition: replica promoted {}, the other side's 5 s command started {}, the isolated holder exited {} ({by_itself} of {rounds} before the partition healed, at most {} s after it began)",
         results.iter().map(|round| round.overlaps).sum::<u64>(),
+        seconds(|round| round.overlap),
         seconds(|round| round.failover),
         seconds(|round| round.other_start),
         seconds(|round| round.isolated_exit),
+        PARTITION.as_secs(),
     );
     if in_model {
         tally.finish();
