@@ -56,6 +56,15 @@ pub(super) struct Probe {
     dir: TempDir,
 }
 
+/// A probe's start, as it logged it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Start {
+    /// Monotonic ns ([`monotonic_ns`]).
+    pub(super) at: u64,
+    pub(super) fence: Option<u64>,
+    pub(super) pid: u32,
+}
+
 /// What a probe's log and counter say.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Verdict {
@@ -112,14 +121,18 @@ impl Probe {
         report
     }
 
-    /// When each probe started (monotonic ns, as logged) and its fence, in the log's order.
-    pub(super) fn starts(&self) -> Vec<(u64, Option<u64>)> {
+    /// Every probe that started, in the log's order.
+    pub(super) fn starts(&self) -> Vec<Start> {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         log.lines()
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split(' ').collect();
                 match fields[..] {
-                    ["S", at, fence, ..] => Some((at.parse().ok()?, fence.parse().ok())),
+                    ["S", at, fence, _, pid] => Some(Start {
+                        at: at.parse().ok()?,
+                        fence: fence.parse().ok(),
+                        pid: pid.parse().ok()?,
+                    }),
                     _ => None,
                 }
             })

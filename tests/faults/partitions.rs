@@ -17,6 +17,7 @@ use crate::util::{Output, RedisServer, Redlock, TempDir, wait_until};
 /// 400 ms, and reading who holds the lock for its last line by 400 ms more.
 const WAIT_SLACK: Duration = Duration::from_secs(1);
 
+/// Nanoseconds as whole milliseconds, for the notes.
 fn ms(ns: i64) -> String {
     format!("{} ms", ns / 1_000_000)
 }
@@ -101,15 +102,30 @@ impl Watched {
 }
 
 /// Polls until `held` is false, at most `limit`; when it was first seen false (monotonic ns).
-fn lapsed_at(limit: Duration, mut held: impl FnMut() -> bool) -> Option<u64> {
+fn lapsed_at(limit: Duration, held: impl FnMut() -> bool) -> Option<u64> {
+    gone_and_lapsed(None, limit, held).1
+}
+
+/// Polls every 2 ms, at most `limit`, until process `command` (if any) is gone and `held` is
+/// false; when each was first seen so (monotonic ns). The command's end is what must come
+/// first: redlock's own exit may follow later (it releases what it can, or gives up on it).
+fn gone_and_lapsed(
+    command: Option<u32>,
+    limit: Duration,
+    mut held: impl FnMut() -> bool,
+) -> (Option<u64>, Option<u64>) {
     let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if !held() {
-            return Some(monotonic_ns());
+    let (mut gone, mut lapsed) = (None, None);
+    while Instant::now() < deadline && (lapsed.is_none() || (command.is_some() && gone.is_none())) {
+        if gone.is_none() && command.is_some_and(|pid| !crate::util::alive(pid)) {
+            gone = Some(monotonic_ns());
+        }
+        if lapsed.is_none() && !held() {
+            lapsed = Some(monotonic_ns());
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    None
+    (gone, lapsed)
 }
 
 fn queued(server: &NetRedis, key: &str) -> usize {
@@ -238,7 +254,10 @@ fn unreachable_round(
         (Unreachable::Stalled, None) => unreachable!("a stalled round has its proxy"),
     }
     tally.faults += 1;
-    let lapsed = lapsed_at(Duration::from_secs(10), || server.holds("job", &token));
+    let command = probe.starts()[0].pid;
+    let (gone, lapsed) = gone_and_lapsed(Some(command), Duration::from_secs(10), || {
+        server.holds("job", &token)
+    });
     let holder = holder.join();
     let waiter = waiter.join();
     let other = other.join();
@@ -258,8 +277,10 @@ fn unreachable_round(
         &[0],
         &format!("{fault:?}: the waiter elsewhere"),
     );
-    let Some(lapsed) = lapsed else {
-        panic!("{fault:?}: the holder's lease never lapsed on the server");
+    let (Some(gone), Some(lapsed)) = (gone, lapsed) else {
+        panic!(
+            "{fault:?}: the holder's command never ended ({gone:?}), or its lease never lapsed on the server ({lapsed:?})"
+        );
     };
     // The lease lapses on the server's clock, at most the TTL after the last renewal.
     let lease_left = Duration::from_nanos(lapsed.saturating_sub(faulted));
@@ -267,12 +288,10 @@ fn unreachable_round(
         eprintln!("{fault:?}: the lease lapsed {lease_left:?} after the fault");
         tally.missed_bounds += 1;
     }
-    // redlock exits once its command's whole group is gone: before the lapse, or the
-    // command outlived the lease.
-    if holder.exited >= lapsed {
+    if gone >= lapsed {
         eprintln!(
-            "{fault:?}: the holder exited {} after its lease lapsed",
-            ms(holder.exited as i64 - lapsed as i64)
+            "{fault:?}: the holder's command ended {} after its lease lapsed",
+            ms(gone as i64 - lapsed as i64)
         );
         tally.missed_bounds += 1;
     }
@@ -283,7 +302,7 @@ fn unreachable_round(
     let starts = probe.starts();
     let taken_over = starts
         .get(1)
-        .map_or("-".to_owned(), |(at, _)| ms(*at as i64 - faulted as i64));
+        .map_or("-".to_owned(), |start| ms(start.at as i64 - faulted as i64));
     // Nothing stays locked: the last holder released, the cut-off waiters' places lapse.
     let free = wait_until(Duration::from_secs(10), || {
         server.holders("job").is_empty() && queued(server, "job") == 0
@@ -294,7 +313,8 @@ fn unreachable_round(
     }
     tally.add_verdict(probe.verdict());
     format!(
-        "{fault:?}: holder exit {} at {}, lease lapsed at {}, cut-off waiter exit {} after {:.1} s, taken over elsewhere at {taken_over}",
+        "{fault:?}: command ended at {}, holder exit {} at {}, lease lapsed at {}, cut-off waiter exit {} after {:.1} s, taken over elsewhere at {taken_over}",
+        ms(gone as i64 - faulted as i64),
         code(holder.code()),
         ms(holder.exited as i64 - faulted as i64),
         ms(lapsed as i64 - faulted as i64),
@@ -593,7 +613,7 @@ fn split_brain_round(tally: &mut Tally, guards: Guards) -> SplitBrainRound {
     );
     let verdict = probe.verdict();
     tally.add_verdict(verdict);
-    let other_start = probe.starts().get(1).map_or(u64::MAX, |(at, _)| *at);
+    let other_start = probe.starts().get(1).map_or(u64::MAX, |start| start.at);
     SplitBrainRound {
         overlaps: verdict.overlaps + verdict.lost_increments,
         failover,
@@ -762,19 +782,24 @@ fn a_quorum_client_cut_off_from_a_majority_stops_in_time_and_leaves_nothing() {
         let cut = monotonic_ns();
         client.drop_between(&[&hosts[1], &hosts[2]]);
         tally.faults += 1;
-        let lapsed = lapsed_at(Duration::from_secs(10), || {
+        let command = probe.starts()[0].pid;
+        let (gone, lapsed) = gone_and_lapsed(Some(command), Duration::from_secs(10), || {
             masters[1].holds("job", &token) && masters[2].holds("job", &token)
-        })
-        .expect("the leases on the cut-off masters lapse");
+        });
+        let (Some(gone), Some(lapsed)) = (gone, lapsed) else {
+            panic!(
+                "the cut-off holder's command never ended ({gone:?}), or its leases never lapsed ({lapsed:?})"
+            );
+        };
         let holder = holder.join();
         let other = other.join();
         tally.runs += 2;
         tally.exit(holder.code(), &[125], "the client cut off from 2 of 3");
         tally.exit(other.code(), &[0], "the client elsewhere");
-        if holder.exited >= lapsed {
+        if gone >= lapsed {
             eprintln!(
-                "the cut-off holder exited {} after its first lease lapsed",
-                ms(holder.exited as i64 - lapsed as i64)
+                "the cut-off holder's command ended {} after its first lease lapsed",
+                ms(gone as i64 - lapsed as i64)
             );
             tally.missed_bounds += 1;
         }
@@ -804,7 +829,8 @@ fn a_quorum_client_cut_off_from_a_majority_stops_in_time_and_leaves_nothing() {
             .code(0);
         tally.add_verdict(probe.verdict());
         figures.push(format!(
-            "cut off from 2: exit {} at {}, first lease lapsed at {}",
+            "cut off from 2: command ended at {}, exit {} at {}, first lease lapsed at {}",
+            ms(gone as i64 - cut as i64),
             code(holder.code()),
             ms(holder.exited as i64 - cut as i64),
             ms(lapsed as i64 - cut as i64)
@@ -1034,9 +1060,13 @@ fn a_clock_jump_on_the_redis_host_ends_leases_early_and_fences_still_order_holde
         let starts = probe.starts();
         let fences: Vec<String> = starts
             .iter()
-            .map(|(_, fence)| fence.map_or("-".to_owned(), |fence| fence.to_string()))
+            .map(|start| {
+                start
+                    .fence
+                    .map_or("-".to_owned(), |fence| fence.to_string())
+            })
             .collect();
-        let second = starts.get(1).map_or(u64::MAX, |(at, _)| *at);
+        let second = starts.get(1).map_or(u64::MAX, |start| start.at);
         figures.push(format!(
             "lease gone {} after the jump, the waiter started at {}, the holder stopped ({}) at {}; fences {}",
             ms(gone as i64 - jumped as i64),

@@ -52,8 +52,8 @@ print("Every cell below comes from that run. **runs**: acquisitions attempted; *
       "itself, a crowd of waiters over the plan's load budget); **missed bounds**: a liveness "
       "bound the row promises and missed (T39: a key idle with a live waiter queued behind N "
       "dead ones for 1 s per dead waiter or more, or longer than the TTL; T40: redlock exiting "
-      "more than 1.5 s after its command with Redis stopped; T7, T16 T17: a holder cut off "
-      "from Redis exiting after its lease lapsed on the server, a lease lapsing more than the "
+      "more than 1.5 s after its command with Redis stopped; T7, T16 T17: the command of a "
+      "holder cut off from Redis ending after its lease lapsed on the server, a lease lapsing more than the "
       "TTL after the cut, or a cut-off waiter more than "
       "1 s past its --wait; T26: a waiter across a clock jump off its --wait by 1 s or more).")
 print()
