@@ -184,16 +184,20 @@ pub(crate) fn examine(
                         "replication",
                         Verdict::Warn,
                         format!(
-                            "{replicas} replica(s), asynchronous: a failover to a replica that had not received a lock loses it; run with --replicas N, or set min-replicas-to-write"
+                            "{replicas} replica(s), asynchronous, min-replicas-to-write 0: a failover to a replica that had not received a lock loses it, and a master cut off from its replicas goes on granting and renewing locks (split brain); run with --replicas N and set min-replicas-to-write (README, \"Safety\")"
                         ),
                     ),
-                    Some(min) => say(
-                        "replication",
-                        Verdict::Ok,
-                        format!(
-                            "{replicas} replica(s); writes need {min} of them (min-replicas-to-write)"
-                        ),
-                    ),
+                    Some(min) => {
+                        let lag = config(session, "min-replicas-max-lag")?
+                            .unwrap_or_else(|| "?".to_owned());
+                        say(
+                            "replication",
+                            Verdict::Ok,
+                            format!(
+                                "{replicas} replica(s); writes need {min} of them, at most {lag} s behind (min-replicas-to-write, min-replicas-max-lag): a master cut off from them refuses writes after that; a holder there stops in time only with --replicas N"
+                            ),
+                        )
+                    }
                     None => say(
                         "replication",
                         Verdict::Warn,

@@ -221,3 +221,33 @@ fn replicas_that_cannot_acknowledge_are_waited_for_without_taking_the_lock() {
         "no fence burned, no history written"
     );
 }
+
+/// `doctor` on a master with a replica: a warning while the master takes writes its replicas
+/// never acknowledged (min-replicas-to-write 0: a failover or a split brain loses locks), ok once
+/// it needs one, naming the lag after which a master cut off from them refuses writes.
+#[test]
+fn doctor_warns_of_a_master_that_writes_without_its_replicas() {
+    let (master, _replica) = master_and_replica();
+    let replication = |out: &crate::util::Output| -> String {
+        out.stdout
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some("replication"))
+            .unwrap_or_else(|| out.fail("no replication line"))
+            .to_owned()
+    };
+    let out = master.redlock(&["doctor"]).run();
+    out.code(0);
+    let line = replication(&out);
+    assert!(line.starts_with("warning "), "{line}");
+    assert!(
+        line.contains("min-replicas-to-write 0") && line.contains("split brain"),
+        "{line}"
+    );
+    master.cmd::<()>(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    master.cmd::<()>(&["CONFIG", "SET", "min-replicas-max-lag", "2"]);
+    let out = master.redlock(&["doctor"]).run();
+    out.code(0);
+    let line = replication(&out);
+    assert!(line.starts_with("ok "), "{line}");
+    assert!(line.contains("at most 2 s behind"), "{line}");
+}

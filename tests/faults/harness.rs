@@ -12,7 +12,7 @@
 //!   to `$REDLOCK_FAULTS_RESULTS/results.jsonl` when the full suite runs (`tests/faults/run`).
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,6 +54,15 @@ with open(where + "/log", "a") as log:
 /// A probe's directory; every run of one scenario shares it.
 pub(super) struct Probe {
     dir: TempDir,
+}
+
+/// A probe's start, as it logged it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Start {
+    /// Monotonic ns ([`monotonic_ns`]).
+    pub(super) at: u64,
+    pub(super) fence: Option<u64>,
+    pub(super) pid: u32,
 }
 
 /// What a probe's log and counter say.
@@ -110,6 +119,24 @@ impl Probe {
             }
         }
         report
+    }
+
+    /// Every probe that started, in the log's order.
+    pub(super) fn starts(&self) -> Vec<Start> {
+        let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                match fields[..] {
+                    ["S", at, fence, _, pid] => Some(Start {
+                        at: at.parse().ok()?,
+                        fence: fence.parse().ok(),
+                        pid: pid.parse().ok()?,
+                    }),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     pub(super) fn verdict(&self) -> Verdict {
@@ -189,6 +216,11 @@ pub(super) struct Sampler {
 impl Sampler {
     /// Samples the server on `port`; lease keys may have at most `ttl` (plus 100 ms) left.
     pub(super) fn start(port: u16, ttl: Duration) -> Self {
+        Self::start_url(format!("redis://127.0.0.1:{port}"), ttl)
+    }
+
+    /// Samples the server at `url` (a server in a network namespace: its Unix socket).
+    pub(super) fn start_url(url: String, ttl: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new((Sampled::default(), Vec::new())));
         let thread = {
@@ -198,7 +230,7 @@ impl Sampler {
             let deadline = Instant::now() + Duration::from_secs(1800);
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                    if let Some(found) = sample(port, limit) {
+                    if let Some(found) = sample(&url, limit) {
                         let mut seen = seen.lock().unwrap();
                         seen.0.samples += 1;
                         for (key, kind) in found {
@@ -245,8 +277,8 @@ enum Leak {
 }
 
 /// One pass over the server's redlock keys; None when it does not answer (a fault is on).
-fn sample(port: u16, lease_limit_ms: i64) -> Option<Vec<(String, Leak)>> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+fn sample(url: &str, lease_limit_ms: i64) -> Option<Vec<(String, Leak)>> {
+    let client = redis::Client::open(url).ok()?;
     let mut con = client
         .get_connection_with_timeout(Duration::from_millis(200))
         .ok()?;
@@ -291,7 +323,7 @@ pub(super) enum Link {
     Stall,
 }
 
-/// A TCP proxy on a free loopback port in front of `127.0.0.1:<upstream>`.
+/// A TCP proxy on a free loopback port in front of a Redis server.
 pub(super) struct Proxy {
     pub(super) port: u16,
     state: Arc<ProxyState>,
@@ -307,6 +339,12 @@ struct ProxyState {
 
 impl Proxy {
     pub(super) fn start(upstream: u16) -> Self {
+        Self::start_to(SocketAddr::from(([127, 0, 0, 1], upstream)))
+    }
+
+    /// A proxy on a free loopback port in front of `upstream`, in the network namespace of the
+    /// calling thread (network.rs places one inside a host).
+    pub(super) fn start_to(upstream: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -323,7 +361,11 @@ impl Proxy {
                 while !state.stop.load(Ordering::SeqCst) && Instant::now() < deadline {
                     match listener.accept() {
                         Ok((client, _)) => {
-                            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                            // Bounded: an upstream behind dropped packets would hold the accept loop for
+                            // minutes.
+                            let Ok(server) =
+                                TcpStream::connect_timeout(&upstream, Duration::from_secs(2))
+                            else {
                                 continue;
                             };
                             let _ = client.set_nonblocking(false);

@@ -10,6 +10,8 @@ mod hostile;
 mod hygiene;
 mod liveness;
 mod model;
+mod network;
+mod partitions;
 mod scenarios;
 mod soak;
 mod wrapper;

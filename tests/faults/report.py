@@ -37,7 +37,9 @@ print()
 print(f"Run on {args.started} with `{args.command}` ({int(args.seconds) // 60} min "
       f"{int(args.seconds) % 60} s; exit status {args.status}). Machine: {cores} CPUs, "
       f"Linux {platform.release()}, redis-server {redis}; redlock's debug build, every "
-      "process against its own redis-server on loopback. The suite, its oracles and the "
+      "process against its own redis-server on loopback, but in the network rows (T7, T8, "
+      "T16 T17, T22), where servers and clients run in network namespaces of their own, "
+      "linked by veth pairs, and nft drops their packets. The suite, its oracles and the "
       "scenarios are in `tests/faults/`; the plan they follow has the ids (T1-T40).")
 print()
 print("Every cell below comes from that run. **runs**: acquisitions attempted; **faults**: "
@@ -50,7 +52,10 @@ print("Every cell below comes from that run. **runs**: acquisitions attempted; *
       "itself, a crowd of waiters over the plan's load budget); **missed bounds**: a liveness "
       "bound the row promises and missed (T39: a key idle with a live waiter queued behind N "
       "dead ones for 1 s per dead waiter or more, or longer than the TTL; T40: redlock exiting "
-      "more than 1.5 s after its command with Redis stopped).")
+      "more than 1.5 s after its command with Redis stopped; T7, T16 T17: the command of a "
+      "holder cut off from Redis ending after its lease lapsed on the server, a lease lapsing more than the "
+      "TTL after the cut, or a cut-off waiter more than "
+      "1 s past its --wait; T26: a waiter across a clock jump off its --wait by 1 s or more).")
 print()
 print("| id | scenario | runs | faults | overlaps | stale fences | leaked keys | unexplained exits | missed bounds | result | notes |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -74,8 +79,9 @@ if failed:
 else:
     print(f"All {len(passed)} tests of the suite passed.")
 print()
-print("Out of the model (marked so): the lock itself is lost, by a restart without persistence or "
-      "by eviction. A second holder may then start before the first learns of the loss, which "
+print("Out of the model (marked so): the lock itself is lost, by a restart without persistence, "
+      "by eviction, by split brain without `--replicas` (T22) or by a jump of the Redis host's "
+      "clock (T26). A second holder may then start before the first learns of the loss, which "
       "is what fences are for; those rows count overlaps but pass on 0 stale fences, 0 leaked "
       "keys and 0 unexplained exits. README, \"Safety\", says which Redis settings avoid them "
       "(`redlock doctor` checks them).")

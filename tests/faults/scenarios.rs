@@ -271,9 +271,9 @@ fn a_long_job_is_renewed_throughout() {
     tally.finish();
 }
 
-/// The plan's scenarios this suite does not run, each printed and recorded as skipped: they
-/// need root for nftables rules per client uid, a clock jump, or network namespaces (T4 needs
-/// unprivileged user namespaces and a pid-namespace mode redlock does not have).
+/// The plan's scenarios this suite does not run, each printed and recorded as skipped (T4 needs
+/// unprivileged user namespaces and a pid-namespace mode redlock does not have). The network
+/// and clock rows are in partitions.rs.
 #[test]
 fn scenarios_not_run_here_are_reported() {
     for (id, name, needs) in [
@@ -281,22 +281,6 @@ fn scenarios_not_run_here_are_reported() {
             "T4",
             "wrapper kill -9, pid-namespace mode",
             "a pid-namespace mode in redlock (not built)",
-        ),
-        (
-            "T7",
-            "Redis gone: packets dropped per uid",
-            "root for nftables rules per client uid",
-        ),
-        (
-            "T8",
-            "hiccups: 1 s drops, 50 in 5 min",
-            "root for nftables rules per client uid",
-        ),
-        ("T22", "split brain", "root and network namespaces"),
-        (
-            "T26",
-            "wall-clock jump on the host",
-            "root to set the clock (date -s)",
         ),
     ] {
         harness::skip(id, name, needs);

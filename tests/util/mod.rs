@@ -426,6 +426,26 @@ impl Redlock {
         self
     }
 
+    /// Runs redlock as the last words of `prefix`, a program that execs it (`ip netns exec NS`:
+    /// in a network namespace). Arguments and environment given before or after stay
+    /// redlock's; the pid is redlock's once the prefix has exec'd it.
+    pub fn inside(mut self, prefix: &[&str]) -> Self {
+        let mut command = Command::new(prefix[0]);
+        command
+            .args(&prefix[1..])
+            .arg(REDLOCK)
+            .args(self.command.get_args())
+            .env_clear();
+        for (name, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(name, value);
+            }
+        }
+        self.command = command;
+        self.argv.insert(0, format!("({})", prefix.join(" ")));
+        self
+    }
+
     fn server_log(mut self, path: PathBuf) -> Self {
         self.server_log = Some(path);
         self
