@@ -1084,8 +1084,9 @@ fn a_clock_jump_on_the_redis_host_ends_leases_early_and_fences_still_order_holde
 /// the lock, and forward while another waits with `--wait 2s`. redlock's deadlines are on
 /// CLOCK_BOOTTIME: the holder renews throughout and its command ends by itself (0), the waiter
 /// gives up after its 2 s (75), no sooner and not much later. libfaketime reaches only a
-/// dynamically linked redlock (a glibc build): with the static musl build the row is skipped,
-/// saying so. The commands run without libfaketime: the jump is redlock's alone.
+/// dynamically linked redlock (a glibc build): the full suite (`tests/faults/run`) builds one
+/// and names it in `REDLOCK_DYNAMIC_BIN`; without it, a static build skips the row, saying so.
+/// The commands run without libfaketime: the jump is redlock's alone.
 #[test]
 fn a_clock_jump_on_a_client_host_changes_nothing() {
     let (id, name) = (
@@ -1102,8 +1103,13 @@ fn a_clock_jump_on_a_client_host_changes_nothing() {
     let probe = Probe::new();
     let command = probe.command(Duration::from_secs(6));
     let words: Vec<&str> = command.iter().map(String::as_str).collect();
+    let dynamic = std::env::var_os("REDLOCK_DYNAMIC_BIN").map(std::path::PathBuf::from);
+    let build = |redlock: crate::util::Redlock| match &dynamic {
+        Some(binary) => redlock.with_binary(binary),
+        None => redlock,
+    };
     let running = clock
-        .redlock(server.redlock(&[
+        .redlock(build(server.redlock(&[
             "run",
             "--key",
             "job",
@@ -1113,7 +1119,7 @@ fn a_clock_jump_on_a_client_host_changes_nothing() {
             "env",
             "-u",
             "LD_PRELOAD",
-        ]))
+        ])))
         .args(&words)
         .spawn();
     assert!(probe.wait_started(1, Duration::from_secs(10)));
@@ -1124,7 +1130,7 @@ fn a_clock_jump_on_a_client_host_changes_nothing() {
         return harness::skip(
             id,
             name,
-            "a dynamically linked redlock (this build is static: libfaketime cannot reach it; cargo test without --target x86_64-unknown-linux-musl runs the row)",
+            "a dynamically linked redlock (this build is static: libfaketime cannot reach it; tests/faults/run builds one, and so does cargo test without --target x86_64-unknown-linux-musl)",
         );
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -1144,7 +1150,9 @@ fn a_clock_jump_on_a_client_host_changes_nothing() {
         .run()
         .code(0);
     let waiter = watch(
-        clock.redlock(server.redlock(&["run", "--key", "busy", "--wait", "2s", "--", "true"])),
+        clock.redlock(build(
+            server.redlock(&["run", "--key", "busy", "--wait", "2s", "--", "true"]),
+        )),
         Duration::from_secs(20),
     );
     std::thread::sleep(Duration::from_millis(300));

@@ -446,6 +446,19 @@ impl Redlock {
         self
     }
 
+    /// The same command line, run by another build of redlock (`binary`).
+    pub fn with_binary(mut self, binary: &std::path::Path) -> Self {
+        let mut command = Command::new(binary);
+        command.args(self.command.get_args()).env_clear();
+        for (name, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(name, value);
+            }
+        }
+        self.command = command;
+        self
+    }
+
     fn server_log(mut self, path: PathBuf) -> Self {
         self.server_log = Some(path);
         self
