@@ -2,12 +2,20 @@
 //! wake list, the refresh of a place (each on the worker, its reply back through the inbox),
 //! and, when the wait ends without the lock, the bounded give-up and the read of who holds it.
 
+use std::time::Duration;
+
 use super::{Acquirer, Call, GIVE_UP_STEP, POLL_EVERY, Reply};
 use crate::clock::BootInstant;
 use crate::conn::Session;
 use crate::duration;
-use crate::lock::{Holder, QUEUE_ENTRY_TTL, Queueing, Request};
+use crate::exit::no_reply;
+use crate::inbox::Incoming;
+use crate::lock::{Acquisition, Holder, QUEUE_ENTRY_TTL, Queueing, Request};
 use crate::log::printable;
+
+/// How long a give-up waits for the reply of a call in flight (see `await_call_in_flight`);
+/// with the leave's own bound it stays well within the second a signal allows.
+const IN_FLIGHT_GRACE: Duration = Duration::from_millis(100);
 
 impl Acquirer<'_> {
     /// Calls the acquire script on the worker, over `session` or a fresh connection.
@@ -129,6 +137,9 @@ impl Acquirer<'_> {
     /// Returns what could not be cleaned up, for the caller to say once.
     pub(super) fn give_up(&mut self) -> Option<String> {
         self.status.clear();
+        if self.unsure {
+            self.await_call_in_flight();
+        }
         if !self.queued && !self.unsure && !self.unanswered && !self.holding {
             return None;
         }
@@ -154,5 +165,31 @@ impl Acquirer<'_> {
                 "the request may still run when the server answers: a lock it takes then expires within {ttl}"
             )
         })
+    }
+
+    /// A call sent a moment ago is usually answered within milliseconds: its reply, awaited a
+    /// short while ([`IN_FLIGHT_GRACE`]), says what the call did (a place taken, the lock), so
+    /// that giving up need not leave a cancel mark for a request that has already run.
+    fn await_call_in_flight(&mut self) {
+        let until = BootInstant::now() + IN_FLIGHT_GRACE;
+        while let Some(incoming) = self.inbox.next(until) {
+            let Incoming::Reply(Reply::Called { result, .. }) = incoming else {
+                continue;
+            };
+            match result {
+                Ok((acquisition, _)) => {
+                    self.unsure = false;
+                    match acquisition {
+                        Acquisition::Acquired(_) => self.holding = true,
+                        Acquisition::Busy { position, .. } if position > 0 => self.queued = true,
+                        _ => {}
+                    }
+                }
+                // A refusal or a failure to connect ran nothing; a request without a reply
+                // may still run.
+                Err(err) => self.unsure = no_reply(&err).is_some(),
+            }
+            return;
+        }
     }
 }
