@@ -42,7 +42,7 @@ if before ~= fence then
     entry.fence = fence
     redis.call('ZREM', key.history, found[1])
     redis.call('ZADD', key.history, fence, cjson.encode(entry))
-    lock.history_written = true
+    lock.history_written, lock.history_kept = true, entry
   end
 end
 settle(lock)

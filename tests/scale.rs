@@ -10,7 +10,7 @@ use std::time::Duration;
 use redlock::conn::{Access, Session, Target};
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{
-    Acquisition, Ending, Identity, Lock, Mode, Queueing, Refreshed, Release, Request, Token,
+    Acquisition, Ending, Identity, Lock, Mode, Queueing, Refreshed, Release, Request, Retention, Token,
     Waiter, Wake,
 };
 
@@ -57,6 +57,7 @@ fn request<'a>(token: &'a Token, ttl: Duration, mode: Mode, who: &'a Identity) -
         who,
         reenter: false,
         replicas: None,
+        history: Retention::default(),
     }
 }
 

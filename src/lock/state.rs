@@ -45,13 +45,15 @@ pub struct LockState {
     pub queue_length: usize,
     /// The latest hold that is over (ended, or expired), from the history.
     pub last_run: Option<HistoryEntry>,
+    /// The latest hold that succeeded ([`HistoryEntry::succeeded`]), from the history.
+    pub last_success: Option<HistoryEntry>,
     /// Records left out because they cannot be read.
     pub unreadable: Vec<Unreadable>,
 }
 
 /// What `lua/inspect.lua` answers, in its order: the server's time, the last fence, holder
 /// records, queue entries, how many holders are live, the queue's length, the last hold that
-/// is over.
+/// is over, the last that succeeded.
 type InspectReply = (
     u64,
     Option<u64>,
@@ -59,6 +61,7 @@ type InspectReply = (
     Vec<String>,
     usize,
     usize,
+    Option<String>,
     Option<String>,
 );
 
@@ -81,19 +84,23 @@ impl Lock {
                 },
             )
         })?;
-        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run) = reply;
+        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run, last_success) =
+            reply;
         let mut unreadable = Vec::new();
         let mut holders: Vec<Holder> =
             decode_each(&holders, &keys.holders, HOLDER_RECORD, &mut unreadable);
         holders.sort_by_key(|holder| (holder.since, holder.fence));
         let waiters = decode_each(&waiters, &keys.waiters, QUEUE_ENTRY, &mut unreadable);
-        let last_run = decode_each(
-            &Vec::from_iter(last_run),
-            &keys.history,
-            HISTORY_ENTRY,
-            &mut unreadable,
-        )
-        .pop();
+        let mut last = |entry: Option<String>| {
+            decode_each(
+                &Vec::from_iter(entry),
+                &keys.history,
+                HISTORY_ENTRY,
+                &mut unreadable,
+            )
+            .pop()
+        };
+        let (last_run, last_success) = (last(last_run), last(last_success));
         Ok(LockState {
             name: self.name.clone(),
             now,
@@ -103,6 +110,7 @@ impl Lock {
             waiters,
             queue_length,
             last_run,
+            last_success,
             unreadable,
         })
     }
