@@ -376,7 +376,8 @@ pub struct InspectArgs {
 
 /// Show a lock's last holds: who, when, how long, and how each ended
 ///
-/// The history keeps the last 100 holds of each lock for 30 days after the last one: fence,
+/// The history keeps the last 100 holds of each lock for 30 days after the last one (unless
+/// run/acquire --history and --history-ttl asked for another retention): fence,
 /// holder (host, pid, user, command, note), start, end, and the outcome: released (with the
 /// command's exit status under `run`, or `release --exit-status`), expired (the lease ran out
 /// first: the holder crashed or was cut off), forced (release --force), lost (`run` found its
@@ -401,8 +402,7 @@ pub struct HistoryArgs {
     pub wide: bool,
 }
 
-/// Say whether a job ran: exit 0 if a hold of each lock ended with exit status 0 within the
-/// window
+/// Tell whether a job succeeded within a window; exit 80-83 if not
 ///
 /// Reads each lock's history (see `history`). A lock is OK when one of its holds ended with exit
 /// status 0 (released by `run` after the command exited 0, or by `release --exit-status 0`)
@@ -449,7 +449,7 @@ pub struct CheckArgs {
     pub nagios: bool,
 }
 
-/// Print the locks under the prefix as Prometheus metrics: held, holders, waiters, last success
+/// Print the locks under the prefix as Prometheus metrics
 ///
 /// The Prometheus text format, for node_exporter's textfile collector or a scrape wrapper: every
 /// held lock, and every free one that has a history (a job that last ran 3 h ago is the point),
