@@ -65,7 +65,10 @@ pub(crate) fn parse_within(
 }
 
 fn too_long(ceiling: Duration) -> String {
-    format!("longer than the limit of {} days", ceiling.as_secs() / 86_400)
+    format!(
+        "longer than the limit of {} days",
+        ceiling.as_secs() / 86_400
+    )
 }
 
 /// Rejects months and years: `M` is months to humantime but minutes to most people.

@@ -232,7 +232,10 @@ mod tests {
                 assert_eq!(tag(&keys.holders), tag(other), "{raw}");
             }
             assert_eq!(tag(&keys.holders), tag(&keys.wake("0123")), "{raw}");
-            assert_eq!(prefix().name_of_holders_key(&keys.holders), Some(name.clone()));
+            assert_eq!(
+                prefix().name_of_holders_key(&keys.holders),
+                Some(name.clone())
+            );
             assert_eq!(prefix().name_of_history_key(&keys.history), Some(name));
         }
     }

@@ -55,10 +55,7 @@ fn check_tells_each_reason_a_job_did_not_succeed_apart() {
         .stdout_contains("latest: exit 3 on ");
     // It succeeded: OK, and the line says when and where.
     run_exiting(&server, "job", 0);
-    let host = nix::unistd::gethostname()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     check(&server, "job", "1h", &[])
         .code(0)
         .stdout_contains("job: OK: last success ")
@@ -147,7 +144,11 @@ fn several_locks_at_once_as_lines_json_and_a_plugin_line() {
         .redlock(&["check", "ok", "--succeeded-within", "1h", "--nagios"])
         .run();
     ok.code(0);
-    assert!(ok.stdout.starts_with("REDLOCK OK - ok: OK: "), "{}", ok.stdout);
+    assert!(
+        ok.stdout.starts_with("REDLOCK OK - ok: OK: "),
+        "{}",
+        ok.stdout
+    );
     let dir = TempDir::new("check-plugin");
     let gate = dir.path().join("gate");
     let running = hold_until(&server, "failed", &gate);
@@ -156,7 +157,9 @@ fn several_locks_at_once_as_lines_json_and_a_plugin_line() {
         .run();
     warning.code(1);
     assert!(
-        warning.stdout.starts_with("REDLOCK WARNING - failed: RUNNING: "),
+        warning
+            .stdout
+            .starts_with("REDLOCK WARNING - failed: RUNNING: "),
         "{}",
         warning.stdout
     );
@@ -166,7 +169,13 @@ fn several_locks_at_once_as_lines_json_and_a_plugin_line() {
     // unreachable, or a URL that does not parse.
     let closed = format!("redis://127.0.0.1:{}", free_port());
     let unknown = crate::util::Redlock::new(&[
-        "check", "ok", "--succeeded-within", "1h", "--nagios", "--redis", &closed,
+        "check",
+        "ok",
+        "--succeeded-within",
+        "1h",
+        "--nagios",
+        "--redis",
+        &closed,
     ])
     .run();
     unknown.code(3);
@@ -176,7 +185,13 @@ fn several_locks_at_once_as_lines_json_and_a_plugin_line() {
         unknown.stdout
     );
     crate::util::Redlock::new(&[
-        "check", "ok", "--succeeded-within", "1h", "--nagios", "--redis", "nope://x",
+        "check",
+        "ok",
+        "--succeeded-within",
+        "1h",
+        "--nagios",
+        "--redis",
+        "nope://x",
     ])
     .run()
     .code(3)
@@ -191,7 +206,14 @@ fn check_refuses_bad_input_before_reaching_redis() {
         &["check", "--succeeded-within", "1h"],
         &["check", "job", "--succeeded-within", "0"],
         &["check", "job", "--succeeded-within", "367d"],
-        &["check", "job", "--succeeded-within", "1h", "--json", "--nagios"],
+        &[
+            "check",
+            "job",
+            "--succeeded-within",
+            "1h",
+            "--json",
+            "--nagios",
+        ],
         &["check", "a\u{1b}b", "--succeeded-within", "1h"],
     ] {
         server.redlock(args).run().code(64);
@@ -255,7 +277,15 @@ fn the_history_keeps_what_the_lock_asked_for() {
     holder.code(0);
     let waiter = server
         .redlock(&[
-            "run", "--key", "job", "--wait", "20s", "--history", "120", "--", "true",
+            "run",
+            "--key",
+            "job",
+            "--wait",
+            "20s",
+            "--history",
+            "120",
+            "--",
+            "true",
         ])
         .spawn();
     assert!(wait_until(Duration::from_secs(10), || {
@@ -383,7 +413,8 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
             .unwrap()
     };
     let now = crate::util::wall_ms() as f64 / 1000.0;
-    let success = value(r#"redlock_lock_last_success_timestamp_seconds{key="back\\slash \"quoted\""}"#);
+    let success =
+        value(r#"redlock_lock_last_success_timestamp_seconds{key="back\\slash \"quoted\""}"#);
     assert!((now - success).abs() < 60.0, "{success} vs {now}");
     let lease = value(r#"redlock_lock_lease_remaining_seconds{key="held"}"#);
     assert!(lease > 20.0 && lease <= 30.0, "{lease}");

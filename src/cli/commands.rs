@@ -106,12 +106,7 @@ fn parse_history_span(text: &str) -> Result<Duration, String> {
 /// A limit `check` compares with the history (`--succeeded-within`, `--max-held`): up to what
 /// a history can span.
 fn parse_check_span(text: &str) -> Result<Duration, String> {
-    duration::parse_within(
-        text,
-        Duration::from_millis(1),
-        Retention::MAX_TTL,
-        "",
-    )
+    duration::parse_within(text, Duration::from_millis(1), Retention::MAX_TTL, "")
 }
 
 /// `run --ttl`: run renews the lease and must stop its command within it, so its floor is

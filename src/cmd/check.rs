@@ -83,8 +83,15 @@ pub(super) fn run(context: anyhow::Result<Context>, args: &CheckArgs) -> anyhow:
         let views: Vec<CheckView<'_>> = judged.iter().map(|j| CheckView::new(j, limits)).collect();
         print_json(&serde_json::to_string_pretty(&views)?)?;
     } else {
-        for one in judged.iter().filter(|one| !(one.outcome.is_none() && context.log.quiet)) {
-            print_line(format!("{}: {}", shown(one.name.as_str()), sentence(one, limits)))?;
+        for one in judged
+            .iter()
+            .filter(|one| !(one.outcome.is_none() && context.log.quiet))
+        {
+            print_line(format!(
+                "{}: {}",
+                shown(one.name.as_str()),
+                sentence(one, limits)
+            ))?;
         }
     }
     Ok(match worst(&judged) {
@@ -234,7 +241,7 @@ fn last_success_briefly(one: &Judged, window: Option<Duration>) -> String {
         Some(entry) => {
             let end = entry.end(one.now).unwrap_or(one.now);
             let none_within = window
-                .map(|window| format!(", none within {}", duration::display(window)))
+                .map(|window| format!(", none within {}", limit_text(window)))
                 .unwrap_or_default();
             format!(
                 "last success {} on {} (took {}){none_within}",
@@ -251,6 +258,19 @@ fn last_success_briefly(one: &Judged, window: Option<Duration>) -> String {
             ),
             None => "no success in its history".to_owned(),
         },
+    }
+}
+
+/// A limit as it was likely written: `26h`, `7d`, else as durations are shown (`90m`,
+/// `1.5s`), never `1day 2h` for 26 hours.
+fn limit_text(limit: Duration) -> String {
+    let secs = limit.as_secs();
+    if limit.subsec_nanos() == 0 && secs > 0 && secs.is_multiple_of(86_400) {
+        format!("{}d", secs / 86_400)
+    } else if limit.subsec_nanos() == 0 && secs > 0 && secs.is_multiple_of(3600) {
+        format!("{}h", secs / 3600)
+    } else {
+        duration::display(limit)
     }
 }
 
@@ -297,10 +317,7 @@ fn sentence(one: &Judged, limits: Limits) -> String {
                 parts.push(last_success_briefly(one, None));
             }
             if let Some(limit) = limits.max_held {
-                parts.push(format!(
-                    "nothing held longer than {}",
-                    duration::display(limit)
-                ));
+                parts.push(format!("nothing held longer than {}", limit_text(limit)));
             }
             for entry in &one.holding {
                 parts.push(holding_briefly(entry, now));
@@ -326,7 +343,7 @@ fn sentence(one: &Judged, limits: Limits) -> String {
             format!(
                 "{}, longer than --max-held {}",
                 holding_briefly(oldest, now),
-                duration::display(limits.max_held.unwrap_or_default())
+                limit_text(limits.max_held.unwrap_or_default())
             )
         }
         Some(_) => {
@@ -437,5 +454,19 @@ impl<'a> CheckView<'a> {
             holding: one.holding.iter().map(|e| RunView::new(e, now)).collect(),
             latest: one.latest.iter().map(|e| RunView::new(e, now)).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_as_written() {
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert_eq!(limit_text(hours(26)), "26h");
+        assert_eq!(limit_text(hours(48)), "2d");
+        assert_eq!(limit_text(Duration::from_secs(90 * 60)), "1h 30m");
+        assert_eq!(limit_text(Duration::from_millis(500)), "500ms");
     }
 }

@@ -39,7 +39,9 @@ const METRICS: &[Metric] = &[
         help: "How long the lock's oldest live holder has held it; 0 when free.",
         value: |state| {
             let since = state.holders.iter().map(|holder| holder.since).min();
-            Some(seconds(since.map_or(0, |since| state.now.saturating_sub(since))))
+            Some(seconds(
+                since.map_or(0, |since| state.now.saturating_sub(since)),
+            ))
         },
     },
     Metric {

@@ -32,13 +32,21 @@ pub fn list(session: Session, prefix: &Prefix, scope: Scope) -> anyhow::Result<L
     let mut masters = session.masters()?;
     let mut names = BTreeMap::new();
     for master in &mut masters {
-        scan(master, &prefix.holders_pattern(), "hash", &mut names, |key| {
-            prefix.name_of_holders_key(key)
-        })?;
+        scan(
+            master,
+            &prefix.holders_pattern(),
+            "hash",
+            &mut names,
+            |key| prefix.name_of_holders_key(key),
+        )?;
         if scope == Scope::WithHistory {
-            scan(master, &prefix.history_pattern(), "zset", &mut names, |key| {
-                prefix.name_of_history_key(key)
-            })?;
+            scan(
+                master,
+                &prefix.history_pattern(),
+                "zset",
+                &mut names,
+                |key| prefix.name_of_history_key(key),
+            )?;
         }
     }
     // Each lock is read by a script, on whichever master serves it (redirected there).
@@ -101,9 +109,7 @@ fn scan(
                 continue;
             };
             if let Some(name) = name_of(&key) {
-                names
-                    .entry(name.as_str().to_owned())
-                    .or_insert((key, name));
+                names.entry(name.as_str().to_owned()).or_insert((key, name));
             }
         }
         if next == 0 {

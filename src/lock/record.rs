@@ -210,8 +210,9 @@ impl HistoryEntry {
     /// How many holds the history this entry is in keeps (the lock's retention, as the entry
     /// carries it; the scripts bound it the same way).
     pub fn kept_holds(&self) -> u32 {
-        self.keep
-            .map_or(Retention::DEFAULT_HOLDS, |holds| holds.clamp(1, Retention::MAX_HOLDS))
+        self.keep.map_or(Retention::DEFAULT_HOLDS, |holds| {
+            holds.clamp(1, Retention::MAX_HOLDS)
+        })
     }
 
     /// How long the history this entry is in lives after its last change.

@@ -15,8 +15,8 @@ use crate::exit::{Failure, fail, failure_of};
 use crate::keys::Prefix;
 use crate::lease::drift;
 use crate::lock::{
-    Acquisition, Ending, HistoryEntry, Holder, Lease, Listing, Lock, LockState, Queueing,
-    Release, Request, Scope, Unreadable, Waiter, list,
+    Acquisition, Ending, HistoryEntry, Holder, Lease, Listing, Lock, LockState, Queueing, Release,
+    Request, Scope, Unreadable, Waiter, list,
 };
 use crate::log::Log;
 

@@ -143,7 +143,10 @@ fn start(
         .pending_signal()
         .filter(|s| signals::terminates(*s))
     {
-        let why = format!("{} received before the command started", signals::name(signal));
+        let why = format!(
+            "{} received before the command started",
+            signals::name(signal)
+        );
         ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
         ending.log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
