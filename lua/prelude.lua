@@ -403,6 +403,11 @@ local function history_start(lock, record)
     local newest = decode(redis.call('ZRANGE', key, -1, -1)[1])
     if newest then keep, keep_ms = keep or newest.keep, keep_ms or newest.keep_ms end
   end
+  -- Within bounds, as whole numbers: one written by hand is not passed on as it was.
+  if keep ~= nil then keep = bounded(keep, HISTORY_CAP, 1, HISTORY_MAX_CAP) end
+  if keep_ms ~= nil then
+    keep_ms = bounded(keep_ms, HISTORY_TTL_MS, HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS)
+  end
   local entry = {
     fence = record.fence, mode = record.mode, limit = record.limit, host = record.host,
     pid = record.pid, user = record.user, cmd = record.cmd, note = record.note,

@@ -310,6 +310,20 @@ fn the_history_keeps_what_the_lock_asked_for() {
     let pttl: i64 = server.cmd(&["PTTL", HISTORY]);
     assert!(pttl > 100_000 && pttl <= 120_000, "{pttl}");
 
+    // A retention written by hand past the bounds is held to them by every script.
+    let forged = r#"{"fence":"1","mode":"exclusive","limit":0,"host":"h","pid":1,"user":"u","cmd":"c","since":1,"exp":2,"ended":2,"outcome":"released","keep":0,"keep_ms":1e13}"#;
+    server.cmd::<()>(&["ZADD", "redlock:{forged}:history", "1", forged]);
+    run_exiting(&server, "forged", 0);
+    run_exiting(&server, "forged", 0);
+    assert_eq!(server.cmd::<i64>(&["ZCARD", "redlock:{forged}:history"]), 1);
+    let pttl: i64 = server.cmd(&["PTTL", "redlock:{forged}:history"]);
+    assert!(pttl > 0 && pttl <= 366 * 24 * 3_600_000, "{pttl}");
+    server
+        .redlock(&["history", "--key", "forged"])
+        .run()
+        .code(0)
+        .stderr_empty();
+
     // Out of bounds: refused, nothing changed.
     for args in [
         &["--history", "0"][..],

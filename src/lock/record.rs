@@ -155,13 +155,11 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// Holds a history keeps unless asked otherwise (HISTORY_CAP in `lua/prelude.lua`).
-    pub const DEFAULT_HOLDS: u32 = 100;
-    /// The most holds a history keeps (HISTORY_MAX_CAP).
+    /// The most holds a history keeps (HISTORY_MAX_CAP in `lua/prelude.lua`; 100 unless asked,
+    /// HISTORY_CAP).
     pub const MAX_HOLDS: u32 = 1000;
-    /// How long a history lives after its last change unless asked otherwise (HISTORY_TTL_MS).
-    pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
-    /// The shortest and longest it may be asked to live (HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS).
+    /// The shortest and longest a history may be asked to live after its last change
+    /// (HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS; 30 days unless asked, HISTORY_TTL_MS).
     pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
     pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
 }
@@ -192,11 +190,6 @@ pub struct HistoryEntry {
     /// Why it ended, when someone said: a limit that stopped the command, who forced it.
     #[serde(default)]
     pub why: Option<String>,
-    /// The history's retention this hold asked for or inherited (holds, ms), when one was.
-    #[serde(default)]
-    pub keep: Option<u32>,
-    #[serde(default)]
-    pub keep_ms: Option<u64>,
 }
 
 impl HistoryEntry {
@@ -205,21 +198,6 @@ impl HistoryEntry {
     /// `last_success`.
     pub fn succeeded(&self) -> bool {
         self.ended.is_some() && self.outcome.as_deref() == Some("released") && self.exit == Some(0)
-    }
-
-    /// How many holds the history this entry is in keeps (the lock's retention, as the entry
-    /// carries it; the scripts bound it the same way).
-    pub fn kept_holds(&self) -> u32 {
-        self.keep.map_or(Retention::DEFAULT_HOLDS, |holds| {
-            holds.clamp(1, Retention::MAX_HOLDS)
-        })
-    }
-
-    /// How long the history this entry is in lives after its last change.
-    pub fn kept_for(&self) -> std::time::Duration {
-        self.keep_ms.map_or(Retention::DEFAULT_TTL, |ms| {
-            std::time::Duration::from_millis(ms).clamp(Retention::MIN_TTL, Retention::MAX_TTL)
-        })
     }
 
     /// How the hold stands at server time `now`: its outcome, `expired` when its lease ran out
