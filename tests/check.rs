@@ -136,9 +136,9 @@ fn several_locks_at_once_as_lines_json_and_a_plugin_line() {
     // Quoted labels (they may hold spaces), each value's unit, and the window as critical.
     let perf: Vec<&str> = perf.split(";0; ").collect();
     assert_eq!(perf.len(), 4, "{perf:?}");
-    assert!(perf[0].starts_with("'ok success_age'=") && perf[0].ends_with("s;;3600s"));
+    assert!(perf[0].starts_with("'ok success_age'=") && perf[0].ends_with("s;;3600"));
     assert_eq!(perf[1], "'ok held'=0s;;");
-    assert_eq!(perf[2], "'failed success_age'=U;;3600s");
+    assert_eq!(perf[2], "'failed success_age'=U;;3600");
     assert_eq!(perf[3], "'failed held'=0s;;;0;");
     let ok = server
         .redlock(&["check", "ok", "--succeeded-within", "1h", "--nagios"])

@@ -206,6 +206,19 @@ fn history_and_check_read_every_master_merged() {
         .run()
         .code(0)
         .stdout_contains("q: OK: last success ");
+    // metrics: each lock once, as the first master that answers has it.
+    let metrics = masters.redlock(&["metrics"]).run();
+    metrics.code(0);
+    assert_eq!(
+        metrics
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with("redlock_lock_last_exit_status{key=\"q\"} 0"))
+            .count(),
+        1,
+        "{}",
+        metrics.stdout
+    );
     masters.servers[1].kill();
     masters
         .redlock(&["check", "q", "--succeeded-within", "1h"])

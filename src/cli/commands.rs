@@ -184,7 +184,8 @@ pub struct RunArgs {
     /// history
     ///
     /// The command line is recorded (its first 256 bytes) for `inspect`, `list` and `history`,
-    /// where every Redis user with access to the lock's keys can read it for 30 days. Use this
+    /// where every Redis user with access to the lock's keys can read it for 30 days (or the
+    /// lock's --history-ttl). Use this
     /// when arguments carry something private; better still, pass secrets in the environment.
     #[arg(long, help_heading = "Command")]
     pub hide_arguments: bool,

@@ -382,7 +382,12 @@ fn plugin_line(judged: &[Judged], limits: Limits) -> (String, PluginState) {
         .iter()
         .map(|one| plugin_text(&format!("{}: {}", one.name.as_str(), sentence(one, limits))))
         .collect();
-    let threshold = |limit: Option<Duration>| limit.map(seconds).unwrap_or_default();
+    // Thresholds are plain numbers in the value's unit.
+    let threshold = |limit: Option<Duration>| {
+        limit
+            .map(|limit| limit.as_secs().to_string())
+            .unwrap_or_default()
+    };
     let mut perf = Vec::new();
     for one in judged {
         let age = one
