@@ -4,10 +4,12 @@
 -- holders (earliest expiry first) and up to max_waiters live waiters from the head of the
 -- queue, in order (without their tokens); the number of live holders, and of entries in the
 -- queue (a dead waiter's entry counts until it reaches the head); the history entries of the
--- latest hold that is over (ended, or expired) and of the latest that succeeded (released
--- with exit status 0).
+-- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
+-- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
+-- history (a lock whose holds report no exit status has none): only `metrics` asks.
 local refused, key, arg = inputs(
-  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'}, {'max_holders', 'max_waiters'})
+  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'},
+  {'max_holders', 'max_waiters', 'last_success'})
 if refused then return refused end
 local lock
 refused, lock = open_lock(key, {fence = true})
@@ -44,8 +46,9 @@ while #waiter_json < max_waiters and from < lock.length and from < max_waiters +
   from = from + #ids
 end
 -- The history holds the entries its retention keeps (more only while an excess added by hand
--- is trimmed): read them from the newest, 100 at a time, until one is over and one succeeded.
-local last_run, last_success = false, false
+-- is trimmed): read them from the newest, 100 at a time, until one is over and one succeeded
+-- (a success not asked for counts as found, `true`, and is sent as none).
+local last_run, last_success = false, arg.last_success ~= '1'
 if lock.history_count > 0 then
   local cap = retention(decode(redis.call('ZRANGE', key.history, -1, -1)[1]))
   local stop, done = math.min(lock.history_count, cap), 0
@@ -64,5 +67,6 @@ if lock.history_count > 0 then
     done = done + chunk
   end
 end
+if last_success == true then last_success = false end
 return {now, lock.last_fence or false, holder_json, waiter_json, live_count(lock), lock.length,
   last_run, last_success}

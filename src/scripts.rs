@@ -124,7 +124,7 @@ inputs! {
     /// `lua/inspect.lua`.
     InspectInputs {
         keys: [holders, leases, fence, queue, waiters, history],
-        args: [max_holders, max_waiters],
+        args: [max_holders, max_waiters, last_success],
     }
 }
 

@@ -53,7 +53,12 @@ pub fn list(session: Session, prefix: &Prefix, scope: Scope) -> anyhow::Result<L
     let session = &mut masters[0];
     let mut listing = Listing::default();
     for (key, name) in names.into_values() {
-        match Lock::new(prefix, name).inspect(session) {
+        let lock = Lock::new(prefix, name);
+        let read = match scope {
+            Scope::Held => lock.inspect(session),
+            Scope::WithHistory => lock.inspect_with_success(session),
+        };
+        match read {
             Ok(state) if state.holder_count > 0 => listing.locks.push(state),
             Ok(state) if scope == Scope::WithHistory && state.last_run.is_some() => {
                 listing.locks.push(state);

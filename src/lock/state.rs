@@ -45,7 +45,8 @@ pub struct LockState {
     pub queue_length: usize,
     /// The latest hold that is over (ended, or expired), from the history.
     pub last_run: Option<HistoryEntry>,
-    /// The latest hold that succeeded ([`HistoryEntry::succeeded`]), from the history.
+    /// The latest hold that succeeded ([`HistoryEntry::succeeded`]), from the history; read by
+    /// [`Lock::inspect_with_success`] only.
     pub last_success: Option<HistoryEntry>,
     /// Records left out because they cannot be read.
     pub unreadable: Vec<Unreadable>,
@@ -68,6 +69,16 @@ type InspectReply = (
 impl Lock {
     /// Reads the lock's state without changing it.
     pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
+        self.read_state(session, false)
+    }
+
+    /// [`Self::inspect`], and the latest hold that succeeded (`metrics`). That one may read the
+    /// whole history: a lock whose holds report no exit status has none to find.
+    pub fn inspect_with_success(&self, session: &mut Session) -> anyhow::Result<LockState> {
+        self.read_state(session, true)
+    }
+
+    fn read_state(&self, session: &mut Session, last_success: bool) -> anyhow::Result<LockState> {
         let keys = &self.keys;
         let reply: InspectReply = session.run(|con| {
             scripts::INSPECT.call(
@@ -81,6 +92,7 @@ impl Lock {
                     history: arg(&keys.history),
                     max_holders: arg(INSPECT_HOLDERS),
                     max_waiters: arg(INSPECT_WAITERS),
+                    last_success: arg(super::flag(last_success)),
                 },
             )
         })?;
