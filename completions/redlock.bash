@@ -19,6 +19,9 @@ _redlock() {
             redlock,acquire)
                 cmd="redlock__subcmd__acquire"
                 ;;
+            redlock,check)
+                cmd="redlock__subcmd__check"
+                ;;
             redlock,completions)
                 cmd="redlock__subcmd__completions"
                 ;;
@@ -39,6 +42,9 @@ _redlock() {
                 ;;
             redlock,man)
                 cmd="redlock__subcmd__man"
+                ;;
+            redlock,metrics)
+                cmd="redlock__subcmd__metrics"
                 ;;
             redlock,release)
                 cmd="redlock__subcmd__release"
@@ -65,7 +71,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-q -v -h -V --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help --version run acquire release extend inspect history list doctor completions man"
+            opts="-q -v -h -V --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help --version run acquire release extend inspect history check list metrics doctor completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -119,7 +125,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-q -v -k -w -n -s -x -E -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --ttl --json --keep-alive --while-pid --max-hold --help"
+            opts="-q -v -k -w -n -s -x -E -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --json --keep-alive --while-pid --max-hold --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -205,6 +211,14 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --history)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -214,6 +228,76 @@ _redlock() {
                     return 0
                     ;;
                 --max-hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        redlock__subcmd__check)
+            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --succeeded-within --max-held --json --nagios --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --succeeded-within)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-held)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -589,7 +673,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__man)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --install --help run acquire release extend inspect history list doctor completions man"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --install --help run acquire release extend inspect history check list metrics doctor completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -637,6 +721,60 @@ _redlock() {
                     ;;
                 --install)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        redlock__subcmd__metrics)
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -725,7 +863,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__run)
-            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --shell-command --help"
+            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --shell-command --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -808,6 +946,14 @@ _redlock() {
                     return 0
                     ;;
                 --note)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --history-ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -46,7 +46,9 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "release" -d 'Releas
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "extend" -d 'Renew the lease of a lock you hold; exit 1 if the token no longer holds it'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "inspect" -d 'Show who holds a lock, since when, and for how much longer; exit 1 if it is free'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "history" -d 'Show a lock\'s last holds: who, when, how long, and how each ended'
+complete -c redlock -n "__fish_redlock_needs_command" -f -a "check" -d 'Tell whether a job succeeded within a window; exit 80-83 if not'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "list" -d 'List the held locks under the prefix, with their holders'
+complete -c redlock -n "__fish_redlock_needs_command" -f -a "metrics" -d 'Print the locks under the prefix as Prometheus metrics'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "doctor" -d 'Check what the Redis server does to the safety of locks; exit 1 if anything is unsafe'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "completions" -d 'Print a shell completion script to stdout'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "man" -d 'Print a manual page, or install them all'
@@ -68,6 +70,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand run" -s E -l conflict-ex
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l progress-every -d 'Without a terminal (a CI log), say where the wait stands this often (0: only when it starts)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l replicas -d 'Count the lock as taken, and each renewal as done, only once N replicas acknowledged them (Redis WAIT)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l note -d 'Why this holds the lock, shown by inspect, list, history and to waiters [default: the CI job\'s URL]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand run" -l history -d 'Keep the lock\'s last N holds in its history (1 to 1000) [default: the lock\'s own, else 100]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand run" -l history-ttl -d 'Keep the lock\'s history this long after its last change (1m to 366d) [default: the lock\'s own, else 30d]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l ttl -d 'Lease, renewed while the command runs; how long the lock outlives a crashed host' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l renew-every -d 'Renew the lease this often [default: ttl/3]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL when stopping the command [default: 10s]' -r
@@ -101,6 +105,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflic
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l progress-every -d 'Without a terminal (a CI log), say where the wait stands this often (0: only when it starts)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l replicas -d 'Count the lock as taken, and each renewal as done, only once N replicas acknowledged them (Redis WAIT)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Why this holds the lock, shown by inspect, list, history and to waiters [default: the CI job\'s URL]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l history -d 'Keep the lock\'s last N holds in its history (1 to 1000) [default: the lock\'s own, else 100]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l history-ttl -d 'Keep the lock\'s history this long after its last change (1m to 366d) [default: the lock\'s own, else 30d]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lease: the lock expires this long after acquisition unless extended (e.g. 30s, 10m, 90)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'With --keep-alive: release the lock when this process exits (it must exist)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l max-hold -d 'With --keep-alive: stop renewing this long after acquisition' -r
@@ -189,6 +195,26 @@ complete -c redlock -n "__fish_redlock_using_subcommand history" -s v -l verbose
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l json -d 'Print JSON (documented in the README) instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l prefix -d 'Prefix of every key redlock writes' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-server-name -d 'Verify the server\'s certificate against NAME instead of the URL\'s host' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l log-format -d 'Write redlock\'s own stderr lines as text, or as one JSON object per line' -r -f -a "text\t''
+json\t''"
+complete -c redlock -n "__fish_redlock_using_subcommand check" -s k -l key -d 'Name of a lock; repeat for several' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l succeeded-within -d 'OK only if a hold ended with exit status 0 within this long (e.g. 26h for a daily job)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l max-held -d 'Not OK while a hold has lasted longer than this (a job stuck holding the lock)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-insecure -d 'Do not verify the server\'s certificate at all (development only; redlock warns)'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -s v -l verbose -d 'Log each step to stderr'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l json -d 'Print a JSON array, one object per lock, instead of lines'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l nagios -d 'Print one line for Nagios, Icinga and compatible monitoring (status, text, performance data) and exit with the plugin\'s code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN'
+complete -c redlock -n "__fish_redlock_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l prefix -d 'Prefix of every key redlock writes' -r
@@ -206,6 +232,21 @@ complete -c redlock -n "__fish_redlock_using_subcommand list" -s v -l verbose -d
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l json -d 'Print a JSON array of the objects `inspect --json` prints'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l prefix -d 'Prefix of every key redlock writes' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-server-name -d 'Verify the server\'s certificate against NAME instead of the URL\'s host' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l log-format -d 'Write redlock\'s own stderr lines as text, or as one JSON object per line' -r -f -a "text\t''
+json\t''"
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-insecure -d 'Do not verify the server\'s certificate at all (development only; redlock warns)'
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -s v -l verbose -d 'Log each step to stderr'
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l prefix -d 'Prefix of every key redlock writes' -r
@@ -254,7 +295,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand man" -s q -l quiet -d 'P
 complete -c redlock -n "__fish_redlock_using_subcommand man" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
 
-complete -c redlock -n "__fish_redlock_using_subcommand man" -f -a "run acquire release extend inspect history list doctor completions man"
+complete -c redlock -n "__fish_redlock_using_subcommand man" -f -a "run acquire release extend inspect history check list metrics doctor completions man"
 function __fish_redlock_after_dashes
     set -l words (commandline -opc)
     set -l at (contains -i -- -- $words); or return 1

@@ -11,7 +11,8 @@
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',
-   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter', 'claim_ms'})
+   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter', 'claim_ms', 'history_keep',
+   'history_keep_ms'})
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
@@ -22,6 +23,8 @@ local entry_ttl, grant, wake_ttl = tonumber(arg.entry_ttl_ms), tonumber(arg.gran
 local request = {
   mode = arg.mode, limit = tonumber(arg.limit), host = arg.host, pid = tonumber(arg.pid),
   user = arg.user, cmd = arg.command, note = arg.note ~= '' and arg.note or nil,
+  -- The history's retention this hold asks for ('' = the lock's own; see the prelude).
+  keep = tonumber(arg.history_keep), keep_ms = tonumber(arg.history_keep_ms),
 }
 
 local lock
@@ -173,7 +176,7 @@ elseif waiter ~= '' and not lock.head_unknown then
     pid = request.pid, user = request.user, cmd = request.cmd, note = request.note, since = now,
     exp = now + entry_life(lock.length + 1, entry_ttl), ttl = ttl, steady = now,
     claim = tonumber(arg.claim_ms) > 0 and tonumber(arg.claim_ms) or nil,
-    due = now + hint_at(lock.length + 1),
+    due = now + hint_at(lock.length + 1), keep = request.keep, keep_ms = request.keep_ms,
   }
   redis.call('ZADD', key.queue, (tonumber(last[2]) or 0) + 1, waiter)
   put_entry(lock, waiter, entry, now + entry_ttl)

@@ -1,12 +1,15 @@
 -- inspect: read the state of one lock without changing it.
 -- Returns {now_ms, last_fence or false, {holder_json...}, {waiter_json...}, live_holders,
--- queue_length, last_run_json or false}: up to max_holders live holders (earliest expiry
--- first) and up to max_waiters live waiters from the head of the queue, in order (without their
--- tokens); the number of live holders, and of entries in the queue (a dead waiter's entry
--- counts until it reaches the head); the history entry of the latest hold that is over (ended,
--- or expired).
+-- queue_length, last_run_json or false, last_success_json or false}: up to max_holders live
+-- holders (earliest expiry first) and up to max_waiters live waiters from the head of the
+-- queue, in order (without their tokens); the number of live holders, and of entries in the
+-- queue (a dead waiter's entry counts until it reaches the head); the history entries of the
+-- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
+-- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
+-- history (a lock whose holds report no exit status has none): only `metrics` asks.
 local refused, key, arg = inputs(
-  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'}, {'max_holders', 'max_waiters'})
+  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'},
+  {'max_holders', 'max_waiters', 'last_success'})
 if refused then return refused end
 local lock
 refused, lock = open_lock(key, {fence = true})
@@ -42,19 +45,28 @@ while #waiter_json < max_waiters and from < lock.length and from < max_waiters +
   end
   from = from + #ids
 end
--- The history holds at most HISTORY_CAP entries (more only while an excess added by hand is
--- trimmed): read the newest HISTORY_CAP, from the newest until one is over.
-local last_run = false
+-- The history holds the entries its retention keeps (more only while an excess added by hand
+-- is trimmed): read them from the newest, 100 at a time, until one is over and one succeeded
+-- (a success not asked for counts as found, `true`, and is sent as none).
+local last_run, last_success = false, arg.last_success ~= '1'
 if lock.history_count > 0 then
-  local entries = redis.call('ZRANGE', key.history, -HISTORY_CAP, -1)
-  for i = #entries, 1, -1 do
-    local entry = decode(entries[i])
-    if not entry then return foreign(key.history, 'holds a member') end
-    if entry.ended or entry.exp <= now then
-      last_run = entries[i]
-      break
+  local cap = retention(decode(redis.call('ZRANGE', key.history, -1, -1)[1]))
+  local stop, done = math.min(lock.history_count, cap), 0
+  while done < stop and not (last_run and last_success) do
+    local chunk = math.min(100, stop - done)
+    local entries = redis.call('ZRANGE', key.history, -(done + chunk), -(done + 1))
+    for i = #entries, 1, -1 do
+      local entry = decode(entries[i])
+      if not entry then return foreign(key.history, 'holds a member') end
+      if not last_run and (entry.ended or entry.exp <= now) then last_run = entries[i] end
+      if not last_success and entry.ended and entry.outcome == 'released' and entry.exit == 0 then
+        last_success = entries[i]
+      end
+      if last_run and last_success then break end
     end
+    done = done + chunk
   end
 end
+if last_success == true then last_success = false end
 return {now, lock.last_fence or false, holder_json, waiter_json, live_count(lock), lock.length,
-  last_run}
+  last_run, last_success}

@@ -43,12 +43,18 @@ local REAP_GRACE_MS = 60000
 -- dead waiters longer than the head costs one head lease, not one per head's worth of them.
 local AHEAD_PLACES = 64
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
--- its last change.
+-- its last change, unless its holders asked for another retention (`keep` holds, `keep_ms`;
+-- run/acquire --history, --history-ttl): each entry carries the retention its hold asked for
+-- or inherited from the newest entry before it, so every writer of the lock keeps to it.
+-- Retentions are bounded: 1 to HISTORY_MAX_CAP holds, HISTORY_MIN_TTL_MS to HISTORY_MAX_TTL_MS.
 local HISTORY_CAP = 100
+local HISTORY_MAX_CAP = 1000
 -- History entries trimmed per call at most (settle), well above what one call adds (its own
 -- hold and MAX_GRANTS hand-offs).
 local HISTORY_TRIM = 1000
 local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
+local HISTORY_MIN_TTL_MS = 60 * 1000
+local HISTORY_MAX_TTL_MS = 366 * 24 * 3600 * 1000
 
 -- The status code that opens each script's reply, by name: `REPLY.<script>.<name>` (a release
 -- with op 'leave' answers from REPLY.leave). Only the number crosses to redlock, which names
@@ -131,7 +137,7 @@ local FIELD_TYPES = {
   pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
   mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
   outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
-  due = 'number', granted = 'boolean', claim = 'number',
+  due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
 }
 
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
@@ -389,20 +395,47 @@ local function holder_of(lock, token)
   return nil, nil
 end
 
+-- `value` (a record's field) as a whole number from `low` to `high`; `default` when absent.
+local function bounded(value, default, low, high)
+  if type(value) ~= 'number' then return default end
+  return math.max(low, math.min(high, math.floor(value)))
+end
+
+-- How many holds a history keeps, and for how long past its last change (ms), as `entry` (the
+-- newest, or the one just written) says.
+local function retention(entry)
+  if not entry then return HISTORY_CAP, HISTORY_TTL_MS end
+  return bounded(entry.keep, HISTORY_CAP, 1, HISTORY_MAX_CAP),
+    bounded(entry.keep_ms, HISTORY_TTL_MS, HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS)
+end
+
 -- The history: one entry per hold, scored by its fence, written when the hold starts
 -- (history_start) and changed when its lease is reset or it ends (history_change). An entry
 -- without an end whose lease has passed is a hold that expired. Scripts that do not pass the
--- history key leave it alone.
+-- history key leave it alone. Each entry carries its retention (see HISTORY_CAP): the
+-- holder's own (`record.keep`, `record.keep_ms`), else the newest entry's; settle applies the
+-- retention of the last entry written.
 local function history_start(lock, record)
   local key = lock.key.history
   if not key then return end
+  local keep, keep_ms = record.keep, record.keep_ms
+  if (keep == nil or keep_ms == nil) and lock.history_count > 0 then
+    -- (After the first write: an entry that does not decode keeps nothing.)
+    local newest = decode(redis.call('ZRANGE', key, -1, -1)[1])
+    if newest then keep, keep_ms = keep or newest.keep, keep_ms or newest.keep_ms end
+  end
+  -- Within bounds, as whole numbers: one written by hand is not passed on as it was.
+  if keep ~= nil then keep = bounded(keep, HISTORY_CAP, 1, HISTORY_MAX_CAP) end
+  if keep_ms ~= nil then
+    keep_ms = bounded(keep_ms, HISTORY_TTL_MS, HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS)
+  end
   local entry = {
     fence = record.fence, mode = record.mode, limit = record.limit, host = record.host,
     pid = record.pid, user = record.user, cmd = record.cmd, note = record.note,
-    since = record.since, exp = record.exp,
+    since = record.since, exp = record.exp, keep = keep, keep_ms = keep_ms,
   }
   redis.call('ZADD', key, record.fence, cjson.encode(entry))
-  lock.history_count, lock.history_written = lock.history_count + 1, true
+  lock.history_count, lock.history_written, lock.history_kept = lock.history_count + 1, true, entry
 end
 
 -- Replaces history entry `old` (its JSON) with `entry`, scored by `fence`: the new one is
@@ -427,6 +460,7 @@ local function history_change(lock, fence, change)
   if not entry then return end
   change(entry)
   history_replace(lock, found[1], fence, entry)
+  lock.history_kept = entry
 end
 
 -- The first `bytes` bytes of UTF-8 `text`, never cutting a character in two (a reader would
@@ -487,12 +521,13 @@ local function purge_holders(lock)
 end
 
 -- A new holder record for a request or queue entry (`who`: mode, limit, host, pid, user, cmd,
--- note). The fence is kept as a string: see int().
+-- note, and the history's retention it asks for: keep, keep_ms). The fence is kept as a
+-- string: see int().
 local function holder_record(who, fence, now, ttl)
   return {
     mode = who.mode, limit = who.limit, count = 1, fence = int(fence), host = who.host,
     pid = who.pid, user = who.user, cmd = who.cmd, note = who.note, since = now, ttl = ttl,
-    exp = now + ttl,
+    exp = now + ttl, keep = who.keep, keep_ms = who.keep_ms,
   }
 end
 
@@ -704,20 +739,22 @@ end
 -- Gives the keys written their expiry: the holders hash and the leases set expire together at
 -- the latest lease (so Redis removes the lock when its last holder's lease ends); the queue and
 -- its entries at least QUEUE_SLACK_MS after the latest entry written (never earlier than
--- before: other entries may live longer); the history HISTORY_TTL_MS after its last change,
--- trimmed to its last HISTORY_CAP entries.
+-- before: other entries may live longer); the history its retention's time after its last
+-- change, trimmed to its retention's count of entries (HISTORY_CAP and HISTORY_TTL_MS unless
+-- the entry last written says otherwise).
 local function settle(lock)
   local key = lock.key
   if lock.history_written then
+    local cap, ttl = retention(lock.history_kept)
     -- At most HISTORY_TRIM per call (unpack takes a few thousand values at most, and a call's
-    -- work stays bounded): redlock adds fewer per call, so only an excess added by hand
-    -- outlives a call, and the next calls remove the rest.
-    local over = math.min(lock.history_count - HISTORY_CAP, HISTORY_TRIM)
+    -- work stays bounded): redlock adds fewer per call, so only an excess added by hand (or a
+    -- retention made smaller) outlives a call, and the next calls remove the rest.
+    local over = math.min(lock.history_count - cap, HISTORY_TRIM)
     if over > 0 then
       redis.call('ZREM', key.history, unpack(redis.call('ZRANGE', key.history, 0, over - 1)))
       lock.history_count = lock.history_count - over
     end
-    redis.call('PEXPIRE', key.history, HISTORY_TTL_MS)
+    redis.call('PEXPIRE', key.history, int(ttl))
   end
   if lock.holders_changed then
     local last = redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')

@@ -41,6 +41,7 @@ if before ~= fence then
   if entry then
     entry.fence = fence
     history_replace(lock, found[1], fence, entry)
+    lock.history_kept = entry
   end
 end
 settle(lock)

@@ -21,6 +21,17 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 
 /// [`parse`], with a higher floor: `why` says what needs it (after "must be at least N").
 pub(crate) fn parse_at_least(text: &str, floor: Duration, why: &str) -> Result<Duration, String> {
+    parse_within(text, floor, MAX, why)
+}
+
+/// [`parse`], from `floor` to `ceiling` (what the lock's history can span, rather than what a
+/// lease can sensibly be): `why` says what needs the floor.
+pub(crate) fn parse_within(
+    text: &str,
+    floor: Duration,
+    ceiling: Duration,
+    why: &str,
+) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty duration; use e.g. 30s, 10m or 1h".into());
@@ -32,8 +43,8 @@ pub(crate) fn parse_at_least(text: &str, floor: Duration, why: &str) -> Result<D
         let seconds: f64 = text
             .parse()
             .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-        if seconds > MAX.as_secs_f64() {
-            return Err(too_long());
+        if seconds > ceiling.as_secs_f64() {
+            return Err(too_long(ceiling));
         }
         Duration::from_secs_f64(seconds)
     } else {
@@ -47,14 +58,17 @@ pub(crate) fn parse_at_least(text: &str, floor: Duration, why: &str) -> Result<D
     if duration < floor {
         return Err(format!("must be at least {}{why}", display(floor)));
     }
-    if duration > MAX {
-        return Err(too_long());
+    if duration > ceiling {
+        return Err(too_long(ceiling));
     }
     Ok(duration)
 }
 
-fn too_long() -> String {
-    format!("longer than the limit of {} days", MAX.as_secs() / 86_400)
+fn too_long(ceiling: Duration) -> String {
+    format!(
+        "longer than the limit of {} days",
+        ceiling.as_secs() / 86_400
+    )
 }
 
 /// Rejects months and years: `M` is months to humantime but minutes to most people.
@@ -134,6 +148,15 @@ mod tests {
         assert_eq!(
             parse_at_least("0.5", Duration::from_secs(1), " for run").unwrap_err(),
             "must be at least 1.0s for run"
+        );
+        let year = Duration::from_secs(366 * 86_400);
+        assert_eq!(
+            parse_within("365d", Duration::from_secs(60), year, ""),
+            Ok(Duration::from_secs(365 * 86_400))
+        );
+        assert_eq!(
+            parse_within("367d", Duration::from_secs(60), year, "").unwrap_err(),
+            "longer than the limit of 366 days"
         );
     }
 

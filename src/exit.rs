@@ -41,6 +41,15 @@ pub enum Failure {
     /// `doctor`: nothing unsafe seen, but a safety subject could not be read (the user may
     /// not ask): not an all-clear.
     Unchecked,
+    /// `check`: no hold ended with exit 0 within the window (the last success is older, or
+    /// the history has none).
+    Stale,
+    /// `check`: a hold is in progress, and none succeeded within the window.
+    Running,
+    /// `check`: a hold has lasted longer than `--max-held`.
+    HeldTooLong,
+    /// `check`: the lock has no history (never taken, or not while its history lives).
+    NoHistory,
 }
 
 impl Failure {
@@ -48,8 +57,61 @@ impl Failure {
     pub fn is_expected(self) -> bool {
         matches!(
             self,
-            Failure::NotHeld | Failure::Free | Failure::Busy | Failure::Unsafe | Failure::Unchecked
+            Failure::NotHeld
+                | Failure::Free
+                | Failure::Busy
+                | Failure::Unsafe
+                | Failure::Unchecked
+                | Failure::Stale
+                | Failure::Running
+                | Failure::HeldTooLong
+                | Failure::NoHistory
         )
+    }
+}
+
+/// A monitoring plugin's state (Nagios, Icinga, Sensu, ...: `check --nagios`), each with the
+/// plugin convention's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PluginState {
+    Ok,
+    Warning,
+    Critical,
+    Unknown,
+}
+
+impl PluginState {
+    /// The state of a `check` outcome: `None` is OK; a hold in progress is a warning (the job
+    /// may still succeed); no success, a hold past its limit and no history are critical.
+    pub fn of_check(outcome: Option<Failure>) -> Self {
+        match outcome {
+            None => PluginState::Ok,
+            Some(Failure::Running) => PluginState::Warning,
+            Some(Failure::Stale | Failure::HeldTooLong | Failure::NoHistory) => {
+                PluginState::Critical
+            }
+            Some(_) => PluginState::Unknown,
+        }
+    }
+
+    /// The word the plugin line shows: `OK`, `WARNING`, `CRITICAL` or `UNKNOWN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginState::Ok => "OK",
+            PluginState::Warning => "WARNING",
+            PluginState::Critical => "CRITICAL",
+            PluginState::Unknown => "UNKNOWN",
+        }
+    }
+
+    /// The plugin convention's exit code: 0, 1, 2, 3.
+    pub fn code(self) -> u8 {
+        match self {
+            PluginState::Ok => OK,
+            PluginState::Warning => PLUGIN_WARNING,
+            PluginState::Critical => PLUGIN_CRITICAL,
+            PluginState::Unknown => PLUGIN_UNKNOWN,
+        }
     }
 }
 
@@ -64,6 +126,13 @@ pub const SYSTEM: u8 = 71;
 pub const OUTPUT: u8 = 74;
 pub const BUSY: u8 = 75;
 pub const AUTH: u8 = 77;
+pub const PLUGIN_WARNING: u8 = 1;
+pub const PLUGIN_CRITICAL: u8 = 2;
+pub const PLUGIN_UNKNOWN: u8 = 3;
+pub const STALE: u8 = 80;
+pub const RUNNING: u8 = 81;
+pub const HELD_TOO_LONG: u8 = 82;
+pub const NO_HISTORY: u8 = 83;
 pub const MAX_RUNTIME: u8 = 124;
 pub const LOST: u8 = 125;
 pub const NOT_EXECUTABLE: u8 = 126;
@@ -73,15 +142,16 @@ pub const NOT_FOUND: u8 = 127;
 pub const TABLE: &[(&str, &str)] = &[
     (
         "0",
-        "success (acquire: acquired; inspect: held); run: the command's own exit status",
+        "success (acquire: acquired; inspect: held; check: every lock OK); run: the command's own exit status",
     ),
     (
         "1",
-        "release, extend: not held by that token (nothing changed); inspect: free; history: none; doctor: something is unsafe",
+        "release, extend: not held by that token (nothing changed); inspect: free; history: none; doctor: something is unsafe; check --nagios: WARNING",
     ),
+    ("2", "check --nagios: CRITICAL"),
     (
         "3",
-        "doctor: nothing unsafe seen, but the memory policy, persistence or replication could not be read (the user may not run INFO or CONFIG GET)",
+        "doctor: nothing unsafe seen, but the memory policy, persistence or replication could not be read (the user may not run INFO or CONFIG GET); check --nagios: UNKNOWN (an error)",
     ),
     (
         "64",
@@ -105,6 +175,19 @@ pub const TABLE: &[(&str, &str)] = &[
         "lock busy (-E/--conflict-exit-code changes this code)",
     ),
     ("77", "authentication failed or ACL permission denied"),
+    (
+        "80",
+        "check: no hold ended with exit 0 within --succeeded-within (the last success is older, or none is in the history)",
+    ),
+    (
+        "81",
+        "check: a hold is in progress, and none ended with exit 0 within --succeeded-within",
+    ),
+    ("82", "check: a hold has lasted longer than --max-held"),
+    (
+        "83",
+        "check: the lock has no history (never taken, or not while its history lives)",
+    ),
     ("124", "run: --max-runtime elapsed; the command was stopped"),
     (
         "125",
@@ -133,6 +216,10 @@ pub fn failure_code(failure: Failure, busy_code: u8) -> u8 {
         Failure::NotFound => NOT_FOUND,
         Failure::System => SYSTEM,
         Failure::Output => OUTPUT,
+        Failure::Stale => STALE,
+        Failure::Running => RUNNING,
+        Failure::HeldTooLong => HELD_TOO_LONG,
+        Failure::NoHistory => NO_HISTORY,
     }
 }
 
@@ -151,6 +238,8 @@ pub enum Done {
     Child(ChildStatus),
     /// Signal N ended the wait for the lock: 128 + N, as a shell reports it.
     Interrupted(i32),
+    /// `check --nagios`: the plugin convention's code, whatever the outcome.
+    Plugin(PluginState),
 }
 
 /// How the supervised command ended.
@@ -177,6 +266,7 @@ impl Done {
             Done::Reported(failure) => failure_code(failure, busy_code),
             Done::Child(status) => status.code(),
             Done::Interrupted(signal) => ChildStatus::Signaled(signal).code(),
+            Done::Plugin(state) => state.code(),
         }
     }
 }
@@ -349,12 +439,56 @@ mod tests {
             LOST,
             NOT_EXECUTABLE,
             NOT_FOUND,
+            PLUGIN_WARNING,
+            PLUGIN_CRITICAL,
+            PLUGIN_UNKNOWN,
+            STALE,
+            RUNNING,
+            HELD_TOO_LONG,
+            NO_HISTORY,
         ] {
             assert!(
                 TABLE.iter().any(|(listed, _)| *listed == code.to_string()),
                 "{code} is missing from TABLE"
             );
         }
+    }
+
+    /// A new code never takes one an existing outcome has: each failure maps to its own code
+    /// (but the outcomes that share one on purpose: not held, free and unsafe are 1).
+    #[test]
+    fn check_codes_are_their_own() {
+        let all = [
+            Failure::NotHeld,
+            Failure::Usage,
+            Failure::Unavailable,
+            Failure::Busy,
+            Failure::Auth,
+            Failure::MaxRuntime,
+            Failure::Lost,
+            Failure::NotExecutable,
+            Failure::NotFound,
+            Failure::System,
+            Failure::Output,
+            Failure::Unchecked,
+        ];
+        for check in [
+            Failure::Stale,
+            Failure::Running,
+            Failure::HeldTooLong,
+            Failure::NoHistory,
+        ] {
+            let code = failure_code(check, BUSY);
+            assert!(
+                all.iter().all(|other| failure_code(*other, BUSY) != code),
+                "{check:?} shares {code}"
+            );
+            assert!(code != INTERNAL && !(124..=255).contains(&code));
+        }
+        assert_eq!(PluginState::of_check(None).code(), 0);
+        assert_eq!(PluginState::of_check(Some(Failure::Running)).code(), 1);
+        assert_eq!(PluginState::of_check(Some(Failure::Stale)).code(), 2);
+        assert_eq!(PluginState::of_check(Some(Failure::Usage)).code(), 3);
     }
 
     #[test]

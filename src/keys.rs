@@ -96,10 +96,24 @@ impl Prefix {
 
     /// The lock name behind a holders key found by [`Self::holders_pattern`].
     pub fn name_of_holders_key(&self, key: &str) -> Option<LockName> {
+        self.name_of(key, "}:holders")
+    }
+
+    /// A `SCAN MATCH` pattern for the history of every lock under this prefix.
+    pub fn history_pattern(&self) -> String {
+        glob_escaped(&self.0) + "{*}:history"
+    }
+
+    /// The lock name behind a history key found by [`Self::history_pattern`].
+    pub fn name_of_history_key(&self, key: &str) -> Option<LockName> {
+        self.name_of(key, "}:history")
+    }
+
+    fn name_of(&self, key: &str, suffix: &str) -> Option<LockName> {
         let tag = key
             .strip_prefix(self.0.as_str())?
             .strip_prefix('{')?
-            .strip_suffix("}:holders")?;
+            .strip_suffix(suffix)?;
         LockName::new(&decode_tag(tag)?).ok()
     }
 }
@@ -218,7 +232,11 @@ mod tests {
                 assert_eq!(tag(&keys.holders), tag(other), "{raw}");
             }
             assert_eq!(tag(&keys.holders), tag(&keys.wake("0123")), "{raw}");
-            assert_eq!(prefix().name_of_holders_key(&keys.holders), Some(name));
+            assert_eq!(
+                prefix().name_of_holders_key(&keys.holders),
+                Some(name.clone())
+            );
+            assert_eq!(prefix().name_of_history_key(&keys.history), Some(name));
         }
     }
 

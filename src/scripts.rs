@@ -80,7 +80,7 @@ inputs! {
         keys: [holders, leases, fence, queue, waiters, wake, cancel, history],
         args: [
             token, ttl_ms, mode, limit, host, pid, user, command, note, waiter, stay,
-            entry_ttl_ms, grant_ms, wake_ttl_ms, reenter, claim_ms,
+            entry_ttl_ms, grant_ms, wake_ttl_ms, reenter, claim_ms, history_keep, history_keep_ms,
         ],
     }
 }
@@ -124,7 +124,7 @@ inputs! {
     /// `lua/inspect.lua`.
     InspectInputs {
         keys: [holders, leases, fence, queue, waiters, history],
-        args: [max_holders, max_waiters],
+        args: [max_holders, max_waiters, last_success],
     }
 }
 

@@ -193,10 +193,9 @@ fn completions_offer_what_each_place_takes() {
     // command completion) are in it.
     let zsh_script = script("zsh");
     assert!(zsh_script.contains("_cmdambivalent"));
-    assert!(
-        zsh_script
-            .contains("(run acquire release extend inspect history list doctor completions man)")
-    );
+    assert!(zsh_script.contains(
+        "(run acquire release extend inspect history check list metrics doctor completions man)"
+    ));
     if let Ok(out) = std::process::Command::new("zsh")
         .args(["-n", "-c", &zsh_script])
         .output()
@@ -418,8 +417,8 @@ fn help_tables_are_aligned_and_fit_80_columns() {
     }
 }
 
-/// The README's JSON examples have exactly the fields `inspect --json` and `history --json`
-/// print, at every level (holders, waiters, last run).
+/// The README's JSON examples have exactly the fields `inspect --json`, `history --json` and
+/// `check --json` print, at every level (holders, waiters, last run, the holds check names).
 #[test]
 fn readme_json_examples_match_the_output() {
     let readme =
@@ -430,7 +429,11 @@ fn readme_json_examples_match_the_output() {
         serde_json::from_str::<serde_json::Value>(json)
             .unwrap_or_else(|err| panic!("README JSON example does not parse: {err}\n{json}"))
     });
-    let (inspect_doc, history_doc) = (blocks.next().unwrap(), blocks.next().unwrap());
+    let (inspect_doc, history_doc, check_doc) = (
+        blocks.next().unwrap(),
+        blocks.next().unwrap(),
+        blocks.next().unwrap(),
+    );
 
     let server = crate::util::RedisServer::start();
     server
@@ -458,6 +461,10 @@ fn readme_json_examples_match_the_output() {
         .redlock(&["history", "--key", "deploy", "--json"])
         .run()
         .json();
+    let check = server
+        .redlock(&["check", "deploy", "--succeeded-within", "1h", "--json"])
+        .run()
+        .json();
     waiter.signal("TERM");
     let fields = |value: &serde_json::Value| -> Vec<String> {
         crate::util::field_names(value)
@@ -479,6 +486,22 @@ fn readme_json_examples_match_the_output() {
         ),
         ("last_run", &inspect_doc["last_run"], &inspect["last_run"]),
         ("history[]", &history_doc[0], &history[0]),
+        ("check[]", &check_doc[0], &check[0]),
+        (
+            "check[].last_success",
+            &check_doc[0]["last_success"],
+            &check[0]["last_success"],
+        ),
+        (
+            "check[].holding[]",
+            &check_doc[0]["holding"][0],
+            &check[0]["holding"][0],
+        ),
+        (
+            "check[].latest[]",
+            &check_doc[0]["latest"][0],
+            &check[0]["latest"][0],
+        ),
     ] {
         assert_eq!(
             fields(documented),

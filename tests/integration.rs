@@ -4,6 +4,7 @@
 mod util;
 
 mod bad_input;
+mod check;
 mod cluster;
 mod commands;
 mod contention;

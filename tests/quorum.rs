@@ -153,7 +153,6 @@ fn bad_quorums_are_refused_before_redis() {
     for args in [
         &["run", "--key", "q", "--limit", "2", "--", "true"][..],
         &["acquire", "--key", "q", "--replicas", "1"][..],
-        &["history", "--key", "q"][..],
     ] {
         three.redlock(args).run().code(64);
     }
@@ -166,6 +165,66 @@ fn bad_quorums_are_refused_before_redis() {
     args.extend(["--".into(), "true".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Redlock::new(&args).run().code(0);
+}
+
+/// `history` and `check` read every master's history, merged: a hold recorded on each master
+/// is one hold; a master down is warned of and changes nothing; fewer than a majority is an
+/// error, never an answer.
+#[test]
+fn history_and_check_read_every_master_merged() {
+    let mut masters = Masters::start(3);
+    masters
+        .redlock(&["history", "--key", "q"])
+        .run()
+        .code(1)
+        .stderr_contains("has no history");
+    masters
+        .redlock(&["check", "q", "--succeeded-within", "1h"])
+        .run()
+        .code(83);
+    masters
+        .redlock(&["run", "--key", "q", "--", "sh", "-c", "exit 3"])
+        .run()
+        .code(3);
+    masters.servers[0].kill();
+    masters
+        .redlock(&["run", "--key", "q", "--", "true"])
+        .run()
+        .code(0);
+    let out = masters.redlock(&["history", "--key", "q", "--json"]).run();
+    out.code(0).stderr_contains("did not answer");
+    let runs = out.json();
+    let exits: Vec<i64> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["exit"].as_i64().unwrap())
+        .collect();
+    assert_eq!(exits, [0, 3], "{runs:#}");
+    masters
+        .redlock(&["check", "q", "--succeeded-within", "1h"])
+        .run()
+        .code(0)
+        .stdout_contains("q: OK: last success ");
+    // metrics: each lock once, as the first master that answers has it.
+    let metrics = masters.redlock(&["metrics"]).run();
+    metrics.code(0);
+    assert_eq!(
+        metrics
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with("redlock_lock_last_exit_status{key=\"q\"} 0"))
+            .count(),
+        1,
+        "{}",
+        metrics.stdout
+    );
+    masters.servers[1].kill();
+    masters
+        .redlock(&["check", "q", "--succeeded-within", "1h"])
+        .run()
+        .code(69)
+        .one_line_error("masters answered");
 }
 
 #[test]

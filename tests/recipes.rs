@@ -1,8 +1,9 @@
 //! docs/recipes.md, exercised: every fenced block in it is marked `<!-- recipe: NAME -->`, and
 //! the tests here run each one against a private redis-server: shell lines and crontab entries
 //! through `sh`, systemd units through `systemd-analyze verify` and their `ExecStart=`, and the
-//! commands in the YAML (GitHub Actions, GitLab CI, a Kubernetes CronJob, an Ansible playbook,
-//! parsed with python3's PyYAML) as the scheduler would run them. Only redlock's path, the
+//! commands in the YAML (GitHub Actions, GitLab CI, Kubernetes CronJobs, an Ansible playbook,
+//! parsed with python3's PyYAML) as the scheduler would run them; metrics written for
+//! node_exporter are checked with promtool. Only redlock's path, the
 //! Redis URL and password, and the jobs are swapped for stand-ins; every swap must find its
 //! text, so a recipe that changes shape fails here instead of going untested.
 //!
@@ -1312,6 +1313,241 @@ fn k8s_pod_deletion_and_node_loss() {
         left > 0 && left <= ttl.as_millis() as i64,
         "the lease left ({left} ms) should be at most --ttl"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Did it run? Checks and metrics
+
+/// A crontab block's assignments (the URL swapped for the test server's) and its one entry's
+/// command (after the schedule), redlock's path and the password file swapped.
+fn crontab(block: &str, server: &RedisServer, password: &Path) -> (Vec<(String, String)>, String) {
+    let mut environment: Vec<(String, String)> = vec![
+        ("HOME".into(), "/".into()),
+        ("SHELL".into(), "/bin/sh".into()),
+        ("PATH".into(), "/usr/bin:/bin".into()),
+    ];
+    let mut entries = Vec::new();
+    for line in block.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once('=') {
+            Some((name, value)) if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                let value = if name == "REDLOCK_URL" {
+                    swap(value, DOC_URL, &server.url())
+                } else {
+                    value.to_owned()
+                };
+                environment.push((name.to_owned(), value));
+            }
+            _ => entries.push(after_fields(line, 5).to_owned()),
+        }
+    }
+    assert_eq!(entries.len(), 1, "one crontab entry");
+    assert!(!entries[0].contains('%'), "cron turns % into a newline");
+    let command = swap(&entries[0], DOC_REDLOCK, REDLOCK);
+    let command = swap(&command, DOC_PASSWORD_FILE, &password.display().to_string());
+    (environment, command)
+}
+
+/// A crontab entry as cron runs it: `sh -c`, a bare environment plus the crontab's own.
+fn cron_command(environment: &[(String, String)], command: &str) -> Command {
+    let mut sh = Command::new("/bin/sh");
+    sh.args(["-c", command])
+        .env_clear()
+        .envs(environment.iter().map(|(name, value)| (name, value)));
+    sh
+}
+
+/// Runs a crontab entry as cron would, and waits for it (20 s at most).
+fn cron_tick(environment: &[(String, String)], command: &str, what: &str) -> Output {
+    run_within(
+        cron_command(environment, command),
+        what,
+        Duration::from_secs(20),
+    )
+}
+
+/// The fleet's check line: before the report ever ran, one host (of two at the same tick)
+/// prints why and the other nothing; after the report succeeded, nothing at all; after it
+/// failed for a day, the line naming the failure.
+#[test]
+fn crontab_check_mails_once_and_only_when_the_report_has_not_succeeded() {
+    let server = start_server();
+    let dir = TempDir::new("recipe-crontab-check");
+    let password = password_file(dir.path());
+    let (environment, command) = crontab(&snippet("crontab-check").body, &server, &password);
+    assert!(environment.iter().any(|(name, _)| name == "MAILTO"));
+    let hosts = ["host1", "host2"]
+        .map(|host| Started::new(cron_command(&environment, &command), host))
+        .map(|host| host.finish(Duration::from_secs(20)));
+    let mails: Vec<String> = hosts
+        .iter()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .filter(|stdout| !stdout.is_empty())
+        .collect();
+    assert_eq!(mails.len(), 1, "one host checks: {hosts:?}");
+    assert!(
+        mails[0].starts_with("nightly-report: NO HISTORY"),
+        "{}",
+        mails[0]
+    );
+    for out in &hosts {
+        assert!(out.stderr.is_empty(), "{}", show(out));
+    }
+    // An hour later (the check's --min-hold has passed): the report succeeded meanwhile.
+    let next_hour = || {
+        server.cmd::<()>(&[
+            "DEL",
+            "redlock:{nightly-report-check}:holders",
+            "redlock:{nightly-report-check}:leases",
+        ]);
+    };
+    server
+        .redlock(&["run", "--key", "nightly-report", "--", "true"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .code(0);
+    next_hour();
+    let quiet = cron_tick(&environment, &command, "the check after a success");
+    assert_code(&quiet, 0, "the check after a success");
+    assert_silent(&quiet, "the check after a success");
+    // The success 30 hours old, and the report failed since: the line says so.
+    server
+        .redlock(&["run", "--key", "nightly-report", "--", "sh", "-c", "exit 1"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .code(1);
+    let success = server
+        .redlock(&["history", "--key", "nightly-report", "--json"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .json()[1]["fence"]
+        .as_u64()
+        .unwrap();
+    age_by_30_hours(&server, "nightly-report", success);
+    next_hour();
+    let mail = cron_tick(&environment, &command, "the check after a failure");
+    let text = String::from_utf8_lossy(&mail.stdout);
+    assert!(
+        text.starts_with("nightly-report: STALE: last success 1day 6h ago on ")
+            && text.contains("none within 26h; latest: exit 1 on "),
+        "{}",
+        show(&mail)
+    );
+}
+
+/// Moves the times of the history entry of `fence` 30 hours into the past, as if the hold
+/// had ended then (the test cannot wait that long).
+fn age_by_30_hours(server: &RedisServer, key: &str, fence: u64) {
+    let history = format!("redlock:{{{key}}}:history");
+    let fence = fence.to_string();
+    let found: Vec<String> = server.cmd(&["ZRANGEBYSCORE", &history, &fence, &fence]);
+    let mut entry: Value = serde_json::from_str(&found[0]).unwrap();
+    for field in ["since", "exp", "ended"] {
+        let at = entry[field].as_u64().unwrap();
+        entry[field] = Value::from(at - 30 * 3_600_000);
+    }
+    server.cmd::<()>(&["ZREM", &history, &found[0]]);
+    server.cmd::<()>(&["ZADD", &history, &fence, &entry.to_string()]);
+}
+
+/// The textfile line: the file node_exporter reads passes promtool and names the locks; a
+/// failed run leaves the last complete file in place.
+#[test]
+fn node_exporter_textfile_is_replaced_whole() {
+    let server = start_server();
+    let dir = TempDir::new("recipe-textfile");
+    let password = password_file(dir.path());
+    let textfiles = dir.path().join("node-exporter");
+    std::fs::create_dir_all(&textfiles).unwrap();
+    let (environment, command) =
+        crontab(&snippet("node-exporter-textfile").body, &server, &password);
+    let command = swap(
+        &command,
+        "/var/lib/prometheus/node-exporter",
+        &textfiles.display().to_string(),
+    );
+    server
+        .redlock(&["run", "--key", "nightly-report", "--", "true"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .code(0);
+    let out = cron_tick(&environment, &command, "the metrics line");
+    assert_code(&out, 0, "the metrics line");
+    assert_silent(&out, "the metrics line");
+    let mut files: Vec<String> = std::fs::read_dir(&textfiles)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["redlock.prom"], "the temporary file is gone");
+    let prom = textfiles.join("redlock.prom");
+    let written = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        written.contains("redlock_lock_last_success_timestamp_seconds{key=\"nightly-report\"} "),
+        "{written}"
+    );
+    let checked = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&prom).unwrap())
+        .output()
+        .expect("promtool is needed (apt-get install prometheus; .ci/run does)");
+    assert!(checked.status.success(), "promtool: {checked:?}");
+    // Redis unreachable: redlock fails, the file node_exporter reads stays whole and as it was.
+    drop(server);
+    let failed = cron_tick(&environment, &command, "the metrics line, Redis down");
+    assert_code(&failed, 69, "the metrics line, Redis down");
+    assert_eq!(std::fs::read_to_string(&prom).unwrap(), written);
+}
+
+/// The checking CronJob's container: a failed Job (83) before the report ever ran, a
+/// succeeded one after it did.
+#[test]
+fn k8s_check_fails_its_job_until_the_report_succeeded() {
+    let server = start_server();
+    let cronjob = yaml(&snippet("k8s-check").body);
+    assert_eq!(cronjob["kind"], "CronJob");
+    let pod = &cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    let container = &pod["containers"][0];
+    let argv = strings(&container["command"]);
+    assert_eq!(argv[0], DOC_REDLOCK);
+    assert_eq!(argv[1], "check");
+    let container_run = || {
+        let mut command = Command::new(REDLOCK);
+        command
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+        for variable in container["env"].as_array().unwrap() {
+            let name = variable["name"].as_str().unwrap();
+            let value = match variable["value"].as_str() {
+                Some(value) => swap(
+                    value,
+                    "rediss://redlock@redis.example.com:6380",
+                    &server.url(),
+                ),
+                None => {
+                    assert_eq!(variable["valueFrom"]["secretKeyRef"]["key"], "password");
+                    PASSWORD.to_owned()
+                }
+            };
+            command.env(name, value);
+        }
+        run_within(command, "the check's container", Duration::from_secs(20))
+    };
+    let failed = container_run();
+    assert_code(&failed, 83, "the check before any report");
+    assert!(String::from_utf8_lossy(&failed.stdout).starts_with("nightly-report: NO HISTORY"));
+    server
+        .redlock(&["run", "--key", "nightly-report", "--", "true"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .code(0);
+    let ok = container_run();
+    assert_code(&ok, 0, "the check after the report");
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("nightly-report: OK: last success "));
 }
 
 // ---------------------------------------------------------------------------------------------

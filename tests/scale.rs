@@ -10,8 +10,8 @@ use std::time::Duration;
 use redlock::conn::{Access, Session, Target};
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{
-    Acquisition, Ending, Identity, Lock, Mode, Queueing, Refreshed, Release, Request, Token,
-    Waiter, Wake,
+    Acquisition, Ending, Identity, Lock, Mode, Queueing, Refreshed, Release, Request, Retention,
+    Token, Waiter, Wake,
 };
 
 use crate::util::{RedisServer, wait_until};
@@ -57,6 +57,7 @@ fn request<'a>(token: &'a Token, ttl: Duration, mode: Mode, who: &'a Identity) -
         who,
         reenter: false,
         replicas: None,
+        history: Retention::default(),
     }
 }
 

@@ -16,7 +16,7 @@ use crate::conn::Session;
 use crate::duration;
 use crate::inbox::Worker;
 use crate::lease::Confirmed;
-use crate::lock::{Holder, Identity, Lease, Lock, Mode, Replicas, Token};
+use crate::lock::{Holder, Identity, Lease, Lock, Mode, Replicas, Retention, Token};
 use crate::log::Log;
 use crate::signals::Signals;
 use crate::store::Store;
@@ -78,6 +78,8 @@ pub(crate) struct Ask {
     pub(crate) progress_every: Option<Duration>,
     /// Replicas that must acknowledge the acquisition.
     pub(crate) replicas: Option<Replicas>,
+    /// What the lock's history keeps from this hold on.
+    pub(crate) history: Retention,
 }
 
 /// How an acquisition ended.

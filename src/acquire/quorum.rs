@@ -163,6 +163,7 @@ impl Rounds<'_> {
                     who: &ask.who,
                     reenter: reentering,
                     replicas: ask.replicas,
+                    history: ask.history,
                 },
             )))
         });

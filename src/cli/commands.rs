@@ -1,13 +1,13 @@
 //! The arguments of the commands that work on locks: `run` and `acquire` (which lock, how, and
-//! what to do when it is busy), `release`, `extend`, `inspect`, `history`, `list`, `doctor`, and
-//! the hidden keeper of `acquire --keep-alive`.
+//! what to do when it is busy), `release`, `extend`, `inspect`, `history`, `check`, `list`,
+//! `metrics`, `doctor`, and the hidden keeper of `acquire --keep-alive`.
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{ArgGroup, Args};
 
 use crate::duration;
-use crate::lock::Token;
+use crate::lock::{Retention, Token};
 
 /// Which lock to take, how, and what to do when it is busy (`run` and `acquire`).
 #[derive(Debug, Args)]
@@ -79,6 +79,34 @@ pub struct LockArgs {
     /// Buildkite the default is the URL of the job (run) from the environment they set.
     #[arg(long, value_name = "TEXT", env = "REDLOCK_NOTE")]
     pub note: Option<String>,
+
+    /// Keep the lock's last N holds in its history (1 to 1000) [default: the lock's own, else
+    /// 100]
+    ///
+    /// Stored with the lock: every later hold of it (and every release, renewal or forced
+    /// release) keeps to the lock's retention unless it asks for another, until the history
+    /// expires. `check --succeeded-within` can only see as far back as the history keeps.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(Retention::MAX_HOLDS)))]
+    pub history: Option<u32>,
+
+    /// Keep the lock's history this long after its last change (1m to 366d) [default: the
+    /// lock's own, else 30d]
+    ///
+    /// Stored with the lock, as --history is.
+    #[arg(long, value_name = "DURATION", value_parser = parse_history_span, allow_hyphen_values = true)]
+    pub history_ttl: Option<Duration>,
+}
+
+/// A span of the lock's history (`--history-ttl`, `check`'s windows): from a minute to what a
+/// history can live, beyond the 30 days a lease can last.
+fn parse_history_span(text: &str) -> Result<Duration, String> {
+    duration::parse_within(text, Retention::MIN_TTL, Retention::MAX_TTL, "")
+}
+
+/// A limit `check` compares with the history (`--succeeded-within`, `--max-held`): up to what
+/// a history can span.
+fn parse_check_span(text: &str) -> Result<Duration, String> {
+    duration::parse_within(text, Duration::from_millis(1), Retention::MAX_TTL, "")
 }
 
 /// `run --ttl`: run renews the lease and must stop its command within it, so its floor is
@@ -156,7 +184,8 @@ pub struct RunArgs {
     /// history
     ///
     /// The command line is recorded (its first 256 bytes) for `inspect`, `list` and `history`,
-    /// where every Redis user with access to the lock's keys can read it for 30 days. Use this
+    /// where every Redis user with access to the lock's keys can read it for 30 days (or the
+    /// lock's --history-ttl). Use this
     /// when arguments carry something private; better still, pass secrets in the environment.
     #[arg(long, help_heading = "Command")]
     pub hide_arguments: bool,
@@ -343,7 +372,8 @@ pub struct InspectArgs {
 
 /// Show a lock's last holds: who, when, how long, and how each ended
 ///
-/// The history keeps the last 100 holds of each lock for 30 days after the last one: fence,
+/// The history keeps the last 100 holds of each lock for 30 days after the last one (unless
+/// run/acquire --history and --history-ttl asked for another retention): fence,
 /// holder (host, pid, user, command, note), start, end, and the outcome: released (with the
 /// command's exit status under `run`, or `release --exit-status`), expired (the lease ran out
 /// first: the holder crashed or was cut off), forced (release --force), lost (`run` found its
@@ -367,6 +397,61 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub wide: bool,
 }
+
+/// Tell whether a job succeeded within a window; exit 80-83 if not
+///
+/// Reads each lock's history (see `history`). A lock is OK when one of its holds ended with exit
+/// status 0 (released by `run` after the command exited 0, or by `release --exit-status 0`)
+/// within --succeeded-within, and no hold has lasted longer than --max-held. Otherwise: exit 80
+/// when the last success is older or none is in the history (saying how old, where it ran, and
+/// how the latest holds ended), 81 when a hold is in progress and none succeeded within the
+/// window, 82 when a hold has lasted longer than --max-held, 83 when the lock has no history.
+/// One line per lock (-q: none for the locks that are OK); with several locks the exit status
+/// is the worst one's (82, 80, 83, 81). --nagios prints the one line of a monitoring plugin and
+/// exits 0 OK, 1 WARNING (81), 2 CRITICAL (80, 82, 83) or 3 UNKNOWN (an error). The history
+/// keeps the last 100 holds for 30 days unless run/acquire --history and --history-ttl say
+/// otherwise: a window longer than that sees only what is kept.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("limits")
+        .args(["succeeded_within", "max_held"])
+        .required(true)
+        .multiple(true)
+))]
+pub struct CheckArgs {
+    /// Names of the locks (and/or --key)
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+
+    /// Name of a lock; repeat for several
+    #[arg(short, long, value_name = "NAME")]
+    pub key: Vec<String>,
+
+    /// OK only if a hold ended with exit status 0 within this long (e.g. 26h for a daily job)
+    #[arg(long, value_name = "DURATION", value_parser = parse_check_span, allow_hyphen_values = true)]
+    pub succeeded_within: Option<std::time::Duration>,
+
+    /// Not OK while a hold has lasted longer than this (a job stuck holding the lock)
+    #[arg(long, value_name = "DURATION", value_parser = parse_check_span, allow_hyphen_values = true)]
+    pub max_held: Option<std::time::Duration>,
+
+    /// Print a JSON array, one object per lock, instead of lines
+    #[arg(long, conflicts_with = "nagios")]
+    pub json: bool,
+
+    /// Print one line for Nagios, Icinga and compatible monitoring (status, text, performance
+    /// data) and exit with the plugin's code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
+    #[arg(long)]
+    pub nagios: bool,
+}
+
+/// Print the locks under the prefix as Prometheus metrics
+///
+/// The Prometheus text format, for node_exporter's textfile collector or a scrape wrapper: every
+/// held lock, and every free one that has a history (a job that last ran 3 h ago is the point),
+/// with HELP and TYPE lines. Walks the keyspace with SCAN, as `list` does.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {}
 
 /// List the held locks under the prefix, with their holders
 ///

@@ -10,8 +10,9 @@ use super::{
 use crate::cli::HistoryArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
-use crate::lock::{HistoryEntry, Identity, Lock};
+use crate::lock::{HistoryEntry, Identity};
 use crate::signals;
+use crate::store::History;
 
 /// One hold, as `history --json` and `inspect --json` (`last_run`) print it.
 #[derive(Serialize)]
@@ -121,9 +122,12 @@ fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
     let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
-    let mut session = crate::store::connect(context.store.single("history")?, context.log)?;
-    let lock = Lock::new(&context.prefix, name);
-    let (now, mut entries, unreadable) = lock.history(&mut session)?;
+    let lock = context.lock(name);
+    let History {
+        now,
+        mut entries,
+        unreadable,
+    } = context.store.history(&lock, context.log)?;
     warn_unreadable(context, &unreadable);
     entries.reverse();
     if args.json {
@@ -157,7 +161,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
     }
     if entries.is_empty() {
         context.log.notice(format_args!(
-            "lock '{}' has no history (never taken, or not for 30 days)",
+            "lock '{}' has no history (never taken, or not while its history lives: 30 days unless --history-ttl said otherwise)",
             printable(lock.name.as_str())
         ));
         return Ok(Done::Reported(Failure::Free));

@@ -4,7 +4,7 @@ use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
 use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
-use crate::lock::LockState;
+use crate::lock::{LockState, Scope};
 use crate::store::Listed;
 use serde::Serialize;
 use std::io::IsTerminal as _;
@@ -15,7 +15,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         locks,
         masters: of,
         skipped,
-    } = context.store.list(&context.prefix, context.log)?;
+    } = context
+        .store
+        .list(&context.prefix, Scope::Held, context.log)?;
     for (key, why) in &skipped {
         context.log.warn(format_args!(
             "skipping {}: it holds data redlock did not write ({why:#})",

@@ -23,6 +23,7 @@ pub(crate) const PAGES: &[(&str, &str)] = &[
         "redlock-acquire.1",
         include_str!("../../man/redlock-acquire.1"),
     ),
+    ("redlock-check.1", include_str!("../../man/redlock-check.1")),
     (
         "redlock-completions.1",
         include_str!("../../man/redlock-completions.1"),
@@ -45,6 +46,10 @@ pub(crate) const PAGES: &[(&str, &str)] = &[
     ),
     ("redlock-list.1", include_str!("../../man/redlock-list.1")),
     ("redlock-man.1", include_str!("../../man/redlock-man.1")),
+    (
+        "redlock-metrics.1",
+        include_str!("../../man/redlock-metrics.1"),
+    ),
     (
         "redlock-release.1",
         include_str!("../../man/redlock-release.1"),

@@ -3,6 +3,7 @@
 //! for JSON. Input is validated before any connection is made, so bad input never reaches Redis.
 
 mod acquire;
+mod check;
 mod completions;
 mod doctor;
 mod extend;
@@ -11,6 +12,7 @@ mod inspect;
 mod keep_alive;
 mod list;
 mod man;
+mod metrics;
 mod release;
 mod run;
 
@@ -44,7 +46,12 @@ pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
         Command::Man(args) => return man::run(args),
         _ => {}
     }
-    let context = Context::new(global, inherited)?;
+    let context = Context::new(global, inherited);
+    // `check --nagios` words even these errors as the plugin's UNKNOWN line.
+    if let Command::Check(args) = &command {
+        return check::run(context, args);
+    }
+    let context = context?;
     match command {
         Command::Run(args) => run::run(&context, &args),
         Command::Acquire(args) => acquire::run(&context, &args),
@@ -53,9 +60,12 @@ pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
         Command::Inspect(args) => inspect::run(&context, &args),
         Command::History(args) => history::run(&context, &args),
         Command::List(args) => list::run(&context, &args),
+        Command::Metrics(args) => metrics::run(&context, &args),
         Command::KeepAlive(args) => keep_alive::run(&context, &args),
         Command::Doctor(args) => doctor::run(&context, &args),
-        Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
+        Command::Completions(_) | Command::Man(_) | Command::Check(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::cli::LockArgs;
 use crate::duration;
 use crate::exit::{Failure, fail};
 use crate::keys::LockName;
-use crate::lock::{Holder, Identity, Mode, Replicas, Token};
+use crate::lock::{Holder, Identity, Mode, Replicas, Retention, Token};
 use crate::log::printable;
 use crate::store::OneRedisOnly;
 
@@ -84,6 +84,10 @@ pub(super) fn ask(
         replicas: args
             .replicas
             .map(|count| Replicas::within(count, context.command_timeout)),
+        history: Retention {
+            holds: args.history,
+            ttl: args.history_ttl,
+        },
     })
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::record::decode;
 use super::reply::{AcquireCode, RaiseCode, Reply};
 use super::{
-    CLAIM_GRANT, Ending, GRANT, Holder, Identity, Lock, QUEUE_ENTRY_TTL, Replicas, Token, WAKE_TTL,
-    Waiter, flag, millis, ms, unacknowledged,
+    CLAIM_GRANT, Ending, GRANT, Holder, Identity, Lock, QUEUE_ENTRY_TTL, Replicas, Retention,
+    Token, WAKE_TTL, Waiter, flag, millis, ms, unacknowledged,
 };
 use crate::conn::Session;
 use crate::exit::{Failure, fail};
@@ -52,6 +52,8 @@ pub struct Request<'a> {
     pub reenter: bool,
     /// Replicas that must acknowledge an acquisition, or it is given back and fails.
     pub replicas: Option<Replicas>,
+    /// What the lock's history keeps from this hold on.
+    pub history: Retention,
 }
 
 /// Whether and how an acquisition queues.
@@ -196,6 +198,7 @@ impl Lock {
             mode,
             who,
             reenter,
+            history,
             ..
         } = *request;
         let (waiter_id, queued_only, claims) = match queueing {
@@ -229,6 +232,14 @@ impl Lock {
             wake_ttl_ms: arg(ms(WAKE_TTL)),
             reenter: arg(flag(reenter)),
             claim_ms: arg(if claims { ms(CLAIM_GRANT) } else { 0 }),
+            history_keep: arg(history
+                .holds
+                .map(|holds| holds.to_string())
+                .unwrap_or_default()),
+            history_keep_ms: arg(history
+                .ttl
+                .map(|ttl| ms(ttl).to_string())
+                .unwrap_or_default()),
         }
     }
 

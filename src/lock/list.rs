@@ -1,5 +1,5 @@
-//! Listing the held locks under a prefix: SCAN for their holders keys on every master, then
-//! inspect each.
+//! Listing the locks under a prefix: SCAN for their holders keys (and, for metrics, their
+//! history keys) on every master, then inspect each.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +8,17 @@ use crate::conn::Session;
 use crate::exit::{Failure, fail, failure_of};
 use crate::keys::{LockName, Prefix};
 
-/// The held locks under a prefix, and keys that looked like locks but hold foreign data.
+/// Which locks a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The held ones (`list`).
+    Held,
+    /// The held ones, and the free ones that have a history (`metrics`: a job that last ran
+    /// hours ago is what a dashboard wants to see).
+    WithHistory,
+}
+
+/// The locks under a prefix, and keys that looked like locks but hold foreign data.
 #[derive(Debug, Default)]
 pub struct Listing {
     pub locks: Vec<LockState>,
@@ -16,21 +26,44 @@ pub struct Listing {
     pub skipped: Vec<(String, anyhow::Error)>,
 }
 
-/// Every held lock under `prefix`, by name, on every master of a Cluster. Uses SCAN, never
-/// KEYS.
-pub fn list(session: Session, prefix: &Prefix) -> anyhow::Result<Listing> {
+/// Every lock under `prefix` in `scope`, by name, on every master of a Cluster. Uses SCAN,
+/// never KEYS.
+pub fn list(session: Session, prefix: &Prefix, scope: Scope) -> anyhow::Result<Listing> {
     let mut masters = session.masters()?;
     let mut names = BTreeMap::new();
     for master in &mut masters {
-        scan_holders(master, prefix, &mut names)?;
+        scan(
+            master,
+            &prefix.holders_pattern(),
+            "hash",
+            &mut names,
+            |key| prefix.name_of_holders_key(key),
+        )?;
+        if scope == Scope::WithHistory {
+            scan(
+                master,
+                &prefix.history_pattern(),
+                "zset",
+                &mut names,
+                |key| prefix.name_of_history_key(key),
+            )?;
+        }
     }
     // Each lock is read by a script, on whichever master serves it (redirected there).
     let session = &mut masters[0];
     let mut listing = Listing::default();
-    for (key, name) in names {
-        match Lock::new(prefix, name).inspect(session) {
-            Ok(state) if state.holder_count == 0 => {}
-            Ok(state) => listing.locks.push(state),
+    for (key, name) in names.into_values() {
+        let lock = Lock::new(prefix, name);
+        let read = match scope {
+            Scope::Held => lock.inspect(session),
+            Scope::WithHistory => lock.inspect_with_success(session),
+        };
+        match read {
+            Ok(state) if state.holder_count > 0 => listing.locks.push(state),
+            Ok(state) if scope == Scope::WithHistory && state.last_run.is_some() => {
+                listing.locks.push(state);
+            }
+            Ok(_) => {}
             Err(err) if failure_of(&err) == Some(Failure::Usage) => {
                 listing.skipped.push((key, err));
             }
@@ -43,24 +76,26 @@ pub fn list(session: Session, prefix: &Prefix) -> anyhow::Result<Listing> {
     Ok(listing)
 }
 
-/// Adds the holders keys under `prefix` of one server to `names`.
-fn scan_holders(
+/// Adds the lock behind each key of one server that matches `pattern` and is of `kind` to
+/// `names` (by name: a lock found by two of its keys is listed once, under the first key).
+fn scan(
     session: &mut Session,
-    prefix: &Prefix,
-    names: &mut BTreeMap<String, LockName>,
+    pattern: &str,
+    kind: &str,
+    names: &mut BTreeMap<String, (String, LockName)>,
+    name_of: impl Fn(&str) -> Option<LockName>,
 ) -> anyhow::Result<()> {
-    let pattern = prefix.holders_pattern();
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = session.run(|con| {
             redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(1000)
                 .arg("TYPE")
-                .arg("hash")
+                .arg(kind)
                 .query(con)
         })
         .map_err(|err| {
@@ -78,8 +113,8 @@ fn scan_holders(
             let Ok(key) = String::from_utf8(key) else {
                 continue;
             };
-            if let Some(name) = prefix.name_of_holders_key(&key) {
-                names.insert(key, name);
+            if let Some(name) = name_of(&key) {
+                names.entry(name.as_str().to_owned()).or_insert((key, name));
             }
         }
         if next == 0 {

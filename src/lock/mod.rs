@@ -7,7 +7,8 @@
 //! - `record`: the records in Redis (holders, queue entries, history) as they are read.
 //! - `wake`: a waiter's place in the queue and the wake-ups scripts send it.
 //! - `acquire`, `release`, `renew`: the operations that change a lock.
-//! - `state`: the reads (inspect, history, the doctor's ACL check); `list`: every held lock.
+//! - `state`: the reads (inspect, history, the doctor's ACL check); `list`: the locks under
+//!   a prefix.
 //! - `reply`: the status codes that open the scripts' replies, by name, as the scripts name
 //!   them; a reply that is none of them is an error.
 
@@ -24,8 +25,8 @@ mod wake;
 use std::time::Duration;
 
 pub use self::acquire::{Acquisition, Lease, Mode, Queueing, Request};
-pub use self::list::{Listing, list};
-pub use self::record::{HistoryEntry, Holder, Queued, Unreadable};
+pub use self::list::{Listing, Scope, list};
+pub use self::record::{HistoryEntry, Holder, Queued, Retention, Unreadable};
 pub use self::release::{Ending, Release, ReleaseRequest};
 pub use self::renew::Refreshed;
 pub use self::state::{Denied, INSPECT_HOLDERS, INSPECT_WAITERS, LockState};

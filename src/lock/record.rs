@@ -141,6 +141,29 @@ pub(super) fn time_and_records<T: serde::de::DeserializeOwned>(
     Ok((now, records, unreadable))
 }
 
+/// What a lock's history keeps, as a hold asks for it (`run`/`acquire --history`,
+/// `--history-ttl`); `None` keeps the lock's own (that of its newest entry), else the defaults.
+/// Every entry carries the retention of its hold, and every script that writes the history
+/// applies the retention of the entry it wrote last (`lua/prelude.lua`, HISTORY_CAP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Holds kept, newest first (1 to [`Retention::MAX_HOLDS`]).
+    pub holds: Option<u32>,
+    /// How long the history lives after its last change ([`Retention::MIN_TTL`] to
+    /// [`Retention::MAX_TTL`]).
+    pub ttl: Option<std::time::Duration>,
+}
+
+impl Retention {
+    /// The most holds a history keeps (HISTORY_MAX_CAP in `lua/prelude.lua`; 100 unless asked,
+    /// HISTORY_CAP).
+    pub const MAX_HOLDS: u32 = 1000;
+    /// The shortest and longest a history may be asked to live after its last change
+    /// (HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS; 30 days unless asked, HISTORY_TTL_MS).
+    pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+    pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+}
+
 /// One hold in a lock's history. Times are the server's clock, in Unix milliseconds.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HistoryEntry {
@@ -170,6 +193,13 @@ pub struct HistoryEntry {
 }
 
 impl HistoryEntry {
+    /// Whether the hold ended well: released, with exit status 0 (the command `run` ran, or
+    /// what `release --exit-status` reported). `lua/inspect.lua` says the same of its
+    /// `last_success`.
+    pub fn succeeded(&self) -> bool {
+        self.ended.is_some() && self.outcome.as_deref() == Some("released") && self.exit == Some(0)
+    }
+
     /// How the hold stands at server time `now`: its outcome, `expired` when its lease ran out
     /// first, or `holding`.
     pub fn status(&self, now: u64) -> &str {

@@ -45,13 +45,16 @@ pub struct LockState {
     pub queue_length: usize,
     /// The latest hold that is over (ended, or expired), from the history.
     pub last_run: Option<HistoryEntry>,
+    /// The latest hold that succeeded ([`HistoryEntry::succeeded`]), from the history; read by
+    /// [`Lock::inspect_with_success`] only.
+    pub last_success: Option<HistoryEntry>,
     /// Records left out because they cannot be read.
     pub unreadable: Vec<Unreadable>,
 }
 
 /// What `lua/inspect.lua` answers, in its order: the server's time, the last fence, holder
 /// records, queue entries, how many holders are live, the queue's length, the last hold that
-/// is over.
+/// is over, the last that succeeded.
 type InspectReply = (
     u64,
     Option<u64>,
@@ -60,11 +63,22 @@ type InspectReply = (
     usize,
     usize,
     Option<String>,
+    Option<String>,
 );
 
 impl Lock {
     /// Reads the lock's state without changing it.
     pub fn inspect(&self, session: &mut Session) -> anyhow::Result<LockState> {
+        self.read_state(session, false)
+    }
+
+    /// [`Self::inspect`], and the latest hold that succeeded (`metrics`). That one may read the
+    /// whole history: a lock whose holds report no exit status has none to find.
+    pub fn inspect_with_success(&self, session: &mut Session) -> anyhow::Result<LockState> {
+        self.read_state(session, true)
+    }
+
+    fn read_state(&self, session: &mut Session, last_success: bool) -> anyhow::Result<LockState> {
         let keys = &self.keys;
         let reply: InspectReply = session.run(|con| {
             scripts::INSPECT.call(
@@ -78,22 +92,27 @@ impl Lock {
                     history: arg(&keys.history),
                     max_holders: arg(INSPECT_HOLDERS),
                     max_waiters: arg(INSPECT_WAITERS),
+                    last_success: arg(super::flag(last_success)),
                 },
             )
         })?;
-        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run) = reply;
+        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run, last_success) =
+            reply;
         let mut unreadable = Vec::new();
         let mut holders: Vec<Holder> =
             decode_each(&holders, &keys.holders, HOLDER_RECORD, &mut unreadable);
         holders.sort_by_key(|holder| (holder.since, holder.fence));
         let waiters = decode_each(&waiters, &keys.waiters, QUEUE_ENTRY, &mut unreadable);
-        let last_run = decode_each(
-            &Vec::from_iter(last_run),
-            &keys.history,
-            HISTORY_ENTRY,
-            &mut unreadable,
-        )
-        .pop();
+        let mut last = |entry: Option<String>| {
+            decode_each(
+                &Vec::from_iter(entry),
+                &keys.history,
+                HISTORY_ENTRY,
+                &mut unreadable,
+            )
+            .pop()
+        };
+        let (last_run, last_success) = (last(last_run), last(last_success));
         Ok(LockState {
             name: self.name.clone(),
             now,
@@ -103,6 +122,7 @@ impl Lock {
             waiters,
             queue_length,
             last_run,
+            last_success,
             unreadable,
         })
     }

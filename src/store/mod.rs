@@ -2,9 +2,9 @@
 //! independent masters in quorum mode (`quorum`: the fan-out, the validity of a lease, the
 //! majority's verdict). Everything the commands do to a lock but acquiring it goes through
 //! [`Store`] (acquiring is `acquire::take`, built for each kind): renewals and releases,
-//! `inspect` (a [`View`]), `list` (one [`Listed`] however many masters), `release --force`,
-//! the servers `doctor` examines, and the flags one kind refuses. The commands never ask which
-//! kind it is.
+//! `inspect` (a [`View`]), `list` and `metrics` (one [`Listed`] however many masters),
+//! `history` and `check` (one history however many masters), `release --force`, the servers
+//! `doctor` examines, and the flags one kind refuses. The commands never ask which kind it is.
 
 mod quorum;
 mod single;
@@ -15,8 +15,8 @@ use std::time::Duration;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail};
 use crate::keys::{LockName, Prefix};
-use crate::lock::{Holder, LockState, Unreadable};
-use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Token, list};
+use crate::lock::{HistoryEntry, Holder, LockState, Unreadable};
+use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Scope, Token, list};
 use crate::log::Log;
 pub(crate) use quorum::{Attempt, Quorum, Verdict, check_count, refusal, transient};
 
@@ -50,7 +50,7 @@ pub(crate) struct QuorumView {
     pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
 }
 
-/// The held locks under a prefix, each once.
+/// The locks under a prefix (held, or with a history too: [`Scope`]), each once.
 pub(crate) struct Listed {
     /// Each lock, and (quorum mode) on how many masters it is held.
     pub(crate) locks: Vec<(LockState, usize)>,
@@ -58,6 +58,14 @@ pub(crate) struct Listed {
     pub(crate) masters: Option<usize>,
     /// Keys matching the layout whose content redlock did not write, and why.
     pub(crate) skipped: Vec<(String, anyhow::Error)>,
+}
+
+/// A lock's history: a server's time (Unix ms) at the reading, the holds oldest first, and
+/// the entries that cannot be read.
+pub(crate) struct History {
+    pub(crate) now: u64,
+    pub(crate) entries: Vec<HistoryEntry>,
+    pub(crate) unreadable: Vec<Unreadable>,
 }
 
 /// What a forced release evicted.
@@ -105,18 +113,20 @@ impl Store {
         }
     }
 
-    /// The one Redis, for what reads one server (`history`); in quorum mode, the usage error
-    /// naming `command`.
-    pub(crate) fn single(&self, command: &str) -> anyhow::Result<&Target> {
-        match self {
-            Store::One(target) => Ok(target),
-            Store::Quorum(_) => Err(fail(
-                Failure::Usage,
-                format!(
-                    "{command}: not available in quorum mode (several --redis); give one master's URL to read it there"
-                ),
-            )),
-        }
+    /// The history of `lock` (`history`, `check`). In quorum mode every master's, merged: a
+    /// hold each master recorded under the same fence once, as told by the master that knows
+    /// most of how it ended; a master that did not answer is warned of, fewer than a majority
+    /// is an error.
+    pub(crate) fn history(&self, lock: &Lock, log: Log) -> anyhow::Result<History> {
+        let (now, entries, unreadable) = match self {
+            Store::One(target) => lock.history(&mut connect(target, log)?)?,
+            Store::Quorum(quorum) => quorum.history(lock, log)?,
+        };
+        Ok(History {
+            now,
+            entries,
+            unreadable,
+        })
     }
 
     /// Refuses a flag that only one Redis takes, in quorum mode.
@@ -138,13 +148,13 @@ impl Store {
         }
     }
 
-    /// Every held lock under `prefix`, each once. In quorum mode a lock is listed as the first
-    /// master that has it shows it, with the number of masters where it is held; a master
-    /// that did not answer is warned of, fewer than a majority is an error.
-    pub(crate) fn list(&self, prefix: &Prefix, log: Log) -> anyhow::Result<Listed> {
+    /// Every lock under `prefix` in `scope`, each once. In quorum mode a lock is listed as the
+    /// first master that has it shows it, with the number of masters where it is held; a
+    /// master that did not answer is warned of, fewer than a majority is an error.
+    pub(crate) fn list(&self, prefix: &Prefix, scope: Scope, log: Log) -> anyhow::Result<Listed> {
         let (listings, masters) = match self {
-            Store::One(target) => (vec![list(connect(target, log)?, prefix)?], None),
-            Store::Quorum(quorum) => (quorum.list(prefix, log)?, Some(quorum.len())),
+            Store::One(target) => (vec![list(connect(target, log)?, prefix, scope)?], None),
+            Store::Quorum(quorum) => (quorum.list(prefix, scope, log)?, Some(quorum.len())),
         };
         let mut listed = Listed {
             locks: Vec::new(),

@@ -15,8 +15,8 @@ use crate::exit::{Failure, fail, failure_of};
 use crate::keys::Prefix;
 use crate::lease::drift;
 use crate::lock::{
-    Acquisition, Ending, Holder, Lease, Listing, Lock, LockState, Queueing, Release, Request,
-    Unreadable, Waiter, list,
+    Acquisition, Ending, HistoryEntry, Holder, Lease, Listing, Lock, LockState, Queueing, Release,
+    Request, Scope, Unreadable, Waiter, list,
 };
 use crate::log::Log;
 
@@ -563,8 +563,13 @@ impl Quorum {
 
     /// Each master's listing of the locks under `prefix` (a master that did not answer is
     /// warned of); an error when fewer than a majority answered.
-    pub(crate) fn list(&self, prefix: &Prefix, log: Log) -> anyhow::Result<Vec<Listing>> {
-        let replies = self.each_session(|session| list(session, prefix));
+    pub(crate) fn list(
+        &self,
+        prefix: &Prefix,
+        scope: Scope,
+        log: Log,
+    ) -> anyhow::Result<Vec<Listing>> {
+        let replies = self.each_session(|session| list(session, prefix, scope));
         let answered = replies.iter().filter(|reply| reply.is_ok()).count();
         if answered < self.majority() {
             return Err(self.too_few(answered, &replies));
@@ -577,6 +582,42 @@ impl Quorum {
             }
         }
         Ok(listings)
+    }
+
+    /// Every master's history of `lock`, merged (see `Store::history`): the latest time a
+    /// master answered with, the holds oldest first, the entries that cannot be read.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn history(
+        &self,
+        lock: &Lock,
+        log: Log,
+    ) -> anyhow::Result<(u64, Vec<HistoryEntry>, Vec<Unreadable>)> {
+        let replies = self.fan_out(self.request_timeout, |session| lock.history(session));
+        let answered = replies.iter().filter(|reply| reply.is_ok()).count();
+        if answered < self.majority() {
+            return Err(self.too_few(answered, &replies));
+        }
+        let (mut now, mut merged, mut unreadable) = (0, Vec::<HistoryEntry>::new(), Vec::new());
+        for (reply, url) in replies.into_iter().zip(self.shown()) {
+            let (at, entries, skipped) = match reply {
+                Ok(read) => read,
+                Err(err) => {
+                    log.warn(format_args!("master {url} did not answer ({err:#})"));
+                    continue;
+                }
+            };
+            now = now.max(at);
+            unreadable.extend(skipped);
+            for entry in entries {
+                match merged.iter_mut().find(|seen| seen.fence == entry.fence) {
+                    Some(seen) if told(&entry) > told(seen) => *seen = entry,
+                    Some(_) => {}
+                    None => merged.push(entry),
+                }
+            }
+        }
+        merged.sort_by_key(|entry| entry.fence);
+        Ok((now, merged, unreadable))
     }
 
     /// Each master's sessions for reading every key (`SCAN`), in the masters' order.
@@ -608,6 +649,19 @@ impl Quorum {
                 })
                 .collect()
         })
+    }
+}
+
+/// How much an entry tells of how its hold ended, to choose among the masters' entries of one
+/// fence: an acquisition given back (a round that fell short there) least, then a hold with
+/// no end, one that ended, one that ended with the command's status.
+fn told(entry: &HistoryEntry) -> u8 {
+    let status = entry.exit.is_some() || entry.signal.is_some();
+    match entry.outcome.as_deref() {
+        Some("given back") => 0,
+        _ if entry.ended.is_none() => 1,
+        _ if !status => 2,
+        _ => 3,
     }
 }
 

@@ -113,7 +113,7 @@ pub(crate) fn supervise(
         command: Stopper::new(child, job.foreground, job.plan.kill_after),
         max_runtime_at: job.max_runtime.map(|limit| started + limit),
         timed_out: false,
-        signalled: false,
+        signalled: None,
     };
     let ended = supervisor.run_until_gone();
     supervisor.finish(ended, ending)
@@ -143,7 +143,11 @@ fn start(
         .pending_signal()
         .filter(|s| signals::terminates(*s))
     {
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None)?;
+        let why = format!(
+            "{} received before the command started",
+            signals::name(signal)
+        );
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
         ending.log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
@@ -151,7 +155,8 @@ fn start(
         return Ok(Started::NotStarted(Done::Interrupted(signal)));
     }
     if BootInstant::now() >= too_late {
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None)?;
+        let why = "granted too late to start the command".to_owned();
+        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
         return Err(fail(
             Failure::Unavailable,
             format!("lock '{key}' was granted too late to start the command safely; released"),
@@ -213,12 +218,12 @@ enum Reply {
     Released(anyhow::Result<Release>),
 }
 
-/// The lease lost (or no longer ours to keep, `failure` says which): the command is being
-/// stopped, and must be dead by `kill_by`.
-#[derive(Clone, Copy)]
+/// The lease lost (or no longer ours to keep, `failure` says which, and `why`): the command
+/// is being stopped, and must be dead by `kill_by`.
 struct Lost {
     kill_by: BootInstant,
     failure: Failure,
+    why: String,
 }
 
 struct Supervisor<'a> {
@@ -231,8 +236,8 @@ struct Supervisor<'a> {
     command: Stopper,
     max_runtime_at: Option<BootInstant>,
     timed_out: bool,
-    /// A terminating signal was received and passed on.
-    signalled: bool,
+    /// The first terminating signal received and passed on.
+    signalled: Option<i32>,
 }
 
 impl Supervisor<'_> {
@@ -291,7 +296,7 @@ impl Supervisor<'_> {
             signals::name(signal)
         ));
         self.command.forward(signal);
-        self.signalled = true;
+        self.signalled.get_or_insert(signal);
     }
 
     fn on_renewed(&mut self, renewed: Renewed) {
@@ -354,6 +359,7 @@ impl Supervisor<'_> {
         self.lost = Some(Lost {
             kill_by: window.kill_at,
             failure,
+            why,
         });
         self.command
             .stop((BootInstant::now() + window.loss_grace).min(window.kill_at));
@@ -411,6 +417,7 @@ impl Supervisor<'_> {
         self.lost = Some(Lost {
             kill_by: window.kill_at,
             failure: Failure::Lost,
+            why,
         });
         self.command.stop(window.kill_at);
     }
@@ -425,7 +432,7 @@ impl Supervisor<'_> {
         // release takes the renewals' connection when none is in flight on it, else a new one.
         let session = self.renewer.stop();
         let key = self.key;
-        let lost = self.lost.map(|lost| lost.failure);
+        let lost = self.lost.as_ref().map(|lost| lost.failure);
         let status = self
             .command
             .exited()
@@ -447,21 +454,31 @@ impl Supervisor<'_> {
             ));
             return Ok(by_us());
         }
-        if lost.is_some() {
-            // Token-checked, so harmless if the lock is someone else's by now.
-            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status), None);
+        if let Some(lost) = &self.lost {
+            // Token-checked, so harmless if the lock is someone else's by now. The history says
+            // why the command was stopped, whether the lock is still held there or not.
+            let why = Some(format!("stopped: {}", lost.why));
+            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status), why);
             return Ok(by_us());
         }
-        let bound = if self.signalled {
+        let bound = if self.signalled.is_some() {
             HASTY_RELEASE
         } else {
             FINAL_RELEASE
         };
-        let why = self
-            .timed_out
-            .then_some(self.job.max_runtime)
-            .flatten()
-            .map(|limit| format!("stopped at --max-runtime {}", duration::display(limit)));
+        // Why the command ended, for the history: the limit that stopped it, or the signal
+        // redlock passed on to it.
+        let why = match (self.timed_out, self.job.max_runtime, self.signalled) {
+            (true, Some(limit), _) => Some(format!(
+                "stopped at --max-runtime {}",
+                duration::display(limit)
+            )),
+            (_, _, Some(signal)) => Some(format!(
+                "{} passed on to the command",
+                signals::name(signal)
+            )),
+            _ => None,
+        };
         match ending.release(session, self.job.min_hold, bound, Some(status), why) {
             Ok(Release::NotHeld) => {
                 self.log.notice(format_args!(

@@ -29,12 +29,13 @@ impl Acquirer<'_> {
             self.waiter.clone(),
             self.log,
         );
-        let (ttl, mode, who, reenter, replicas) = (
+        let (ttl, mode, who, reenter, replicas, history) = (
             self.ask.ttl,
             self.ask.mode,
             self.ask.who.clone(),
             self.reentering,
             self.ask.replicas,
+            self.ask.history,
         );
         let token = match (&self.ask.reenter, reenter) {
             (Some(token), true) => token.clone(),
@@ -50,6 +51,7 @@ impl Acquirer<'_> {
                 who: &who,
                 reenter,
                 replicas,
+                history,
             };
             let queueing = match call {
                 Call::Fail => Queueing::No,

@@ -1,0 +1,200 @@
+//! `redlock metrics`: the locks under the prefix in the Prometheus text format (version 0.0.4),
+//! for node_exporter's textfile collector or a scrape wrapper: every held lock, and every free
+//! one that has a history, with HELP and TYPE lines and label values escaped.
+
+use std::fmt::Write as _;
+
+use super::{Context, printable, write_stdout};
+use crate::cli::MetricsArgs;
+use crate::exit::Done;
+use crate::lock::{HistoryEntry, LockState, Scope};
+use crate::store::Listed;
+
+/// The modes a lock can be held in: `redlock_lock_held` has one series for each, 0 or 1, so
+/// that a lock's series stay the same whether it is held or not.
+const MODES: [&str; 3] = ["exclusive", "shared", "semaphore"];
+
+/// One metric: its name, its HELP text, and how to read its value from a lock (`None`: no
+/// sample for that lock).
+struct Metric {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&LockState) -> Option<String>,
+}
+
+/// Every metric but `redlock_lock_held` (one series per mode), in the order printed.
+const METRICS: &[Metric] = &[
+    Metric {
+        name: "redlock_lock_holders",
+        help: "Live holders of the lock.",
+        value: |state| Some(state.holder_count.to_string()),
+    },
+    Metric {
+        name: "redlock_lock_waiters",
+        help: "Entries in the lock's queue (a waiter that died counts until its entry reaches the head).",
+        value: |state| Some(state.queue_length.to_string()),
+    },
+    Metric {
+        name: "redlock_lock_held_seconds",
+        help: "How long the lock's oldest live holder has held it; 0 when free.",
+        value: |state| {
+            let since = state.holders.iter().map(|holder| holder.since).min();
+            Some(seconds(
+                since.map_or(0, |since| state.now.saturating_sub(since)),
+            ))
+        },
+    },
+    Metric {
+        name: "redlock_lock_lease_remaining_seconds",
+        help: "Lease left of the holder whose lease ends first; 0 when free.",
+        value: |state| {
+            let exp = state.holders.iter().map(|holder| holder.exp).min();
+            Some(seconds(exp.map_or(0, |exp| exp.saturating_sub(state.now))))
+        },
+    },
+    Metric {
+        name: "redlock_lock_fence",
+        help: "The last fencing token issued for the lock.",
+        value: |state| state.last_fence.map(|fence| fence.to_string()),
+    },
+    Metric {
+        name: "redlock_lock_last_exit_status",
+        help: "How the latest hold that is over ended: the command's exit status, 128+N for signal N, -1 when its holder reported none (expired, forced, released without one).",
+        value: |state| state.last_run.as_ref().map(exit_status),
+    },
+    Metric {
+        name: "redlock_lock_last_end_timestamp_seconds",
+        help: "When the latest hold that is over ended (Unix time, the Redis server's clock; an expired hold ends when its lease did).",
+        value: |state| {
+            let last = state.last_run.as_ref()?;
+            last.end(state.now).map(seconds)
+        },
+    },
+    Metric {
+        name: "redlock_lock_last_success_timestamp_seconds",
+        help: "When the latest hold that ended with exit status 0 ended (Unix time, the Redis server's clock).",
+        value: |state| {
+            let last = state.last_success.as_ref()?;
+            last.end(state.now).map(seconds)
+        },
+    },
+    Metric {
+        name: "redlock_lock_last_success_duration_seconds",
+        help: "How long the latest hold that ended with exit status 0 lasted.",
+        value: |state| {
+            let last = state.last_success.as_ref()?;
+            let end = last.end(state.now)?;
+            Some(seconds(end.saturating_sub(last.since)))
+        },
+    },
+];
+
+pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done> {
+    let Listed { locks, skipped, .. } =
+        context
+            .store
+            .list(&context.prefix, Scope::WithHistory, context.log)?;
+    for (key, why) in &skipped {
+        context.log.warn(format_args!(
+            "skipping {}: it holds data redlock did not write ({why:#})",
+            printable(key)
+        ));
+    }
+    for (state, _) in &locks {
+        super::warn_unreadable(context, &state.unreadable);
+    }
+    let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
+    write_stdout(exposition(&states).trim_end())?;
+    Ok(Done::Success)
+}
+
+/// The metrics of `states` in the text format: each metric's HELP and TYPE, then its samples.
+fn exposition(states: &[&LockState]) -> String {
+    let mut text = String::new();
+    header(
+        &mut text,
+        "redlock_lock_held",
+        "Whether the lock is held in this mode (1) or not (0).",
+    );
+    for state in states {
+        let held_mode = state
+            .holders
+            .first()
+            .filter(|_| state.holder_count > 0)
+            .map(|holder| holder.mode.as_str());
+        for mode in MODES {
+            let _ = writeln!(
+                text,
+                "redlock_lock_held{{key=\"{}\",mode=\"{mode}\"}} {}",
+                label_value(state.name.as_str()),
+                u8::from(held_mode == Some(mode))
+            );
+        }
+    }
+    for metric in METRICS {
+        header(&mut text, metric.name, metric.help);
+        for state in states {
+            if let Some(value) = (metric.value)(state) {
+                let _ = writeln!(
+                    text,
+                    "{}{{key=\"{}\"}} {value}",
+                    metric.name,
+                    label_value(state.name.as_str())
+                );
+            }
+        }
+    }
+    text
+}
+
+fn header(text: &mut String, name: &str, help: &str) {
+    let _ = writeln!(text, "# HELP {name} {help}");
+    let _ = writeln!(text, "# TYPE {name} gauge");
+}
+
+/// A label value as the text format writes it: backslash, double quote and line feed escaped.
+fn label_value(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// Milliseconds (a duration, or a Unix time) as seconds, to the millisecond.
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+/// The exit status a shell would report for a hold's command: its code, 128+N for signal N,
+/// -1 when none was reported.
+fn exit_status(entry: &HistoryEntry) -> String {
+    match (entry.exit, entry.signal) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => (128 + signal).to_string(),
+        (None, None) => "-1".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_escape_what_the_format_needs() {
+        assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(label_value("one\ntwo"), "one\\ntwo");
+        assert_eq!(label_value("日本 {x}"), "日本 {x}");
+    }
+
+    #[test]
+    fn seconds_keep_milliseconds() {
+        assert_eq!(seconds(0), "0.000");
+        assert_eq!(seconds(1_795_316_531_042), "1795316531.042");
+    }
+}
