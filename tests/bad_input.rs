@@ -563,7 +563,7 @@ impl Timeouts for Redlock {
     }
 }
 
-/// The ACL the README documents for redlock's own user.
+/// The ACL docs/servers.md documents for redlock's own user.
 pub(crate) const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +get +time +hgetall +hlen +hget +hmget +hset +hdel +zcard +zcount +zrange +zrangebyscore +zrank +zadd +zrem +incr +set +pttl +pexpire +pexpireat +del +rpush +ping";
 
 #[test]
@@ -826,16 +826,16 @@ fn no_known_redis_error_is_an_internal_error() {
     http.join().unwrap();
 }
 
-/// The minimal ACL is the README's, word for word, and grants every command redlock's scripts
-/// call: a script that starts calling a new command fails this test until the README says so.
+/// The minimal ACL is docs/servers.md's, word for word, and grants every command redlock's scripts
+/// call: a script that starts calling a new command fails this test until the docs say so.
 #[test]
 fn the_documented_acl_covers_every_command_the_scripts_call() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("docs/servers.md")).unwrap();
     let line = readme
         .lines()
         .find(|line| line.starts_with("ACL SETUSER redlock on >PASSWORD "))
-        .expect("the README's ACL line");
+        .expect("docs/servers.md's ACL line");
     assert_eq!(
         line.trim_start_matches("ACL SETUSER redlock on >PASSWORD "),
         MINIMAL_ACL

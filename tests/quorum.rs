@@ -1,4 +1,4 @@
-//! Quorum mode (issue 14; README "Several masters"): the lock held on a majority of
+//! Quorum mode (issue 14; docs/servers.md "Several masters"): the lock held on a majority of
 //! independent redis-servers. Masters stopped (SIGSTOP), killed and restarted before, during
 //! and between acquisitions; the verdicts, the fences and what is left on each master checked
 //! from outside.

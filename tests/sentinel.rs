@@ -209,7 +209,7 @@ fn run_through_a_failover(replicas: usize, lock_args: &[&str]) {
         .spawn();
     wait_for_file(&dir.path().join("fence"), Duration::from_secs(10));
     // Failing over before every replica has the lock would test the promotion of one that
-    // never saw it, which no setting prevents (README, "Replicas and failover"): the sentinels
+    // never saw it, which no setting prevents (docs/servers.md, "Replicas and failover"): the sentinels
     // may promote the replica that did not acknowledge.
     assert!(wait_until(Duration::from_secs(5), || {
         set.replicas

@@ -1,7 +1,7 @@
 //! The version matrix: the everyday flows against every server release redlock supports
 //! (Redis 6.0, 6.2, Debian's 7.0, and Valkey), and the refusal of an older one (5.0), each
 //! with the real binary of that release (tests/util/releases.rs fetches and caches them).
-//! README, "Supported servers", is the table of what this tests.
+//! docs/servers.md, "Supported servers", is the table of what this tests.
 
 use std::path::Path;
 use std::time::Duration;
@@ -210,7 +210,7 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
 #[test]
 fn the_readmes_acl_line_for_redis_6_0_works_there() {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/servers.md")).unwrap();
     let lines: Vec<&str> = readme
         .lines()
         .filter_map(|line| line.strip_prefix("ACL SETUSER redlock on >PASSWORD "))

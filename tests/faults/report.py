@@ -83,7 +83,7 @@ print("Out of the model (marked so): the lock itself is lost, by a restart witho
       "by eviction, by split brain without `--replicas` (T22) or by a jump of the Redis host's "
       "clock (T26). A second holder may then start before the first learns of the loss, which "
       "is what fences are for; those rows count overlaps but pass on 0 stale fences, 0 leaked "
-      "keys and 0 unexplained exits. README, \"Safety\", says which Redis settings avoid them "
+      "keys and 0 unexplained exits. docs/safety.md says which Redis settings avoid them "
       "(`redlock doctor` checks them).")
 print()
 print("Latencies in the notes (signal, release, SIGKILL and SIGTERM timing) are measured and "
