@@ -488,7 +488,7 @@ fn readme_json_examples_match_the_output() {
     }
 }
 
-/// Issue 27, point 6: `man --install` (often run as root) follows no symbolic link: a link in
+/// `man --install` (often run as root) follows no symbolic link: a link in
 /// place of a page is replaced and its target left alone; a linked `man1` or DIR is refused;
 /// pages are 0644 whatever the umask.
 #[test]

@@ -168,7 +168,7 @@ fn everyday_flows_on_valkey() {
     );
 }
 
-/// Repro (issue 23): on Redis 5.0 BLPOP's fractional timeout is an error that a waiter retried
+/// Repro: on Redis 5.0 BLPOP's fractional timeout is an error that a waiter retried
 /// at once: 15,713 connections in a 9.4 s wait, nothing printed; `list` exited 69 on `SCAN ...
 /// TYPE`. Now every command refuses at its first reply, naming the version found and the one
 /// needed (exit 69), a waiter does not wait for a version to change, and nothing is written.
@@ -204,7 +204,7 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
         .stdout_contains("Redis 5.0.10: redlock needs Redis 6.0 or later");
 }
 
-/// Repro (issue 23): the README's ACL line failed verbatim on Redis 6.0 (`resetchannels` is
+/// Repro: the README's ACL line failed verbatim on Redis 6.0 (`resetchannels` is
 /// 6.2+). Its 6.0 line works there, and what a missing grant does on 6.0 is what the README
 /// says: `release` without `+hdel` exits 77, and the lock stays held until its lease runs out.
 #[test]
