@@ -312,8 +312,7 @@ fn readme_lists_every_exit_code() {
 /// (short forms too), so that nothing the program accepts is missing from it.
 #[test]
 fn readme_reference_names_every_command_and_option() {
-    let readme =
-        doc("docs/reference.md");
+    let readme = doc("docs/reference.md");
     let section = &readme[readme
         .find("## Commands and flags")
         .expect("a Commands and flags section")..];
@@ -380,8 +379,7 @@ fn readme_development_names_what_ci_installs() {
 
 #[test]
 fn readme_lists_every_environment_variable() {
-    let readme =
-        doc("docs/reference.md");
+    let readme = doc("docs/reference.md");
     let section = &readme[readme
         .find("## Environment")
         .expect("an Environment section")..];
@@ -422,13 +420,13 @@ fn help_tables_are_aligned_and_fit_80_columns() {
 /// print, at every level (holders, waiters, last run).
 #[test]
 fn readme_json_examples_match_the_output() {
-    let readme =
-        doc("docs/reference.md");
+    let readme = doc("docs/reference.md");
     let section = &readme[readme.find("## JSON output").unwrap()..];
     let mut blocks = section.split("```json\n").skip(1).map(|rest| {
         let json = &rest[..rest.find("```").unwrap()];
-        serde_json::from_str::<serde_json::Value>(json)
-            .unwrap_or_else(|err| panic!("docs/reference.md JSON example does not parse: {err}\n{json}"))
+        serde_json::from_str::<serde_json::Value>(json).unwrap_or_else(|err| {
+            panic!("docs/reference.md JSON example does not parse: {err}\n{json}")
+        })
     });
     let (inspect_doc, history_doc) = (blocks.next().unwrap(), blocks.next().unwrap());
 
@@ -725,8 +723,7 @@ fn readme_recipes_work() {
 #[test]
 fn json_log_lines_follow_the_documented_schema() {
     use crate::util::RedisServer;
-    let readme =
-        doc("docs/reference.md");
+    let readme = doc("docs/reference.md");
     let section = &readme[readme.find("### redlock's own lines as JSON").unwrap()..];
     let rows: Vec<(String, bool)> = section
         .lines()

@@ -210,7 +210,8 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
 #[test]
 fn the_readmes_acl_line_for_redis_6_0_works_there() {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/servers.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/servers.md"))
+            .unwrap();
     let lines: Vec<&str> = readme
         .lines()
         .filter_map(|line| line.strip_prefix("ACL SETUSER redlock on >PASSWORD "))
