@@ -1,5 +1,5 @@
 #!/bin/bash
-# Dead waiters versus a live one (issue 28, point 3): how long a key sits idle with a live
+# Dead waiters versus a live one: how long a key sits idle with a live
 # waiter queued behind N waiters killed with SIGKILL. Holds `dx`, queues N `acquire --wait 20s`
 # and kills them (-9), queues one live `acquire --wait 120s`, releases, and prints the seconds
 # from the release to the live waiter's exit (and its exit code: 75 = it timed out without

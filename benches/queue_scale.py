@@ -19,7 +19,7 @@ Starts a private redis-server per point (free loopback port) and, for each N:
      every command that took over 1 ms.
 Redis's own figures come from INFO commandstats: microseconds per script call (EVALSHA/EVAL),
 round trips per acquisition (EVALSHA, EVAL, BLPOP sent by the waiters, their release excluded,
-as README "Performance" counts them) and commands Redis ran per acquisition (inside scripts
+as docs/performance.md counts them) and commands Redis ran per acquisition (inside scripts
 too, the release included); the idle window's commands (the waiters' periodic refreshes) are
 left out of these and reported as idle CPU and script calls per second. Make the idle window
 longer than the refresh period (a third of QUEUE_ENTRY_TTL) to see the refreshes. Each point runs twice: once with nothing else (Redis's figures, the idle CPU),

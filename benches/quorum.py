@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Quorum mode (README, "Several masters") beside a single master, with flock(1) as the
+"""Quorum mode (docs/servers.md, "Several masters") beside a single master, with flock(1) as the
 yardstick, all measured in the same run on the same machine.
 
 Starts 5 private redis-servers on free loopback ports and measures redlock against one of
@@ -112,7 +112,7 @@ def key_of(count):
     """The lock each configuration takes: one of its own. The configurations share servers
     (the single master is the first of the quorums), and a key one configuration used would
     reach the next with its fence counters out of step: each acquisition would then write the
-    fence back, a round quorum mode makes only when the masters disagree (README, "Fences
+    fence back, a round quorum mode makes only when the masters disagree (docs/safety.md, "Fences
     over a quorum"), which masters used by one quorum alone do not."""
     return f"bench-{count}"
 

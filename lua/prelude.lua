@@ -69,7 +69,7 @@ local REPLY = {
   doctor = {checked = 1, unchecked = 0},
 }
 
--- redlock needs Redis 6.0 or later (README, "Supported servers"). Older servers are refused
+-- redlock needs Redis 6.0 or later (docs/servers.md, "Supported servers"). Older servers are refused
 -- before anything is read or written, naming the version found: 6.0 gave scripts
 -- redis.setresp, which older ones lack. (INFO under pcall: a rename may hide it; an older
 -- server has no ACL to deny it.)

@@ -1,9 +1,9 @@
--- raise: quorum mode only (README, "Several masters"). A holder's fence is the largest that the
+-- raise: quorum mode only (docs/servers.md, "Several masters"). A holder's fence is the largest that the
 -- majority of masters which granted the lock issued; before the holder uses it, that fence is
 -- written back to a majority: the counter rises to it (never falls), and the holder's record and
 -- its history entry carry it, so any later majority sees a counter at least this high.
 -- Token-checked: only a master where the token holds the lock is raised (the fencing argument
--- needs exactly those: README, "Fences over a quorum").
+-- needs exactly those: docs/safety.md, "Fences over a quorum").
 -- Returns (codes: REPLY.raise in the prelude) {raised, now_ms} when raised, {not_held, now_ms}
 -- when the token holds nothing here; an error reply for a fence that is not decimal digits
 -- below the maximum (nothing changed).

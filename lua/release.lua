@@ -16,7 +16,7 @@
 -- the minimum hold, {still_held, holds_left} still held by outer invocations, not_held the
 -- token holds nothing (nothing changed); for 'force': {now_ms, holder_json...} of the evicted
 -- holders; for 'leave': REPLY.leave.left.
--- Quorum mode (README, "Several masters") passes the channel its waiters listen on as `notify`:
+-- Quorum mode (docs/servers.md, "Several masters") passes the channel its waiters listen on as `notify`:
 -- a hold that ends here is published there. Under pcall: a user that may not publish makes its
 -- waiters fall back to their backoff, never the release fail.
 local refused, key, arg = inputs(

@@ -406,7 +406,7 @@ mod tests {
                 if let Some(name) = piece
                     .strip_prefix('\'')
                     .and_then(|rest| rest.split('\'').next())
-                    // Quorum mode's release notice, best effort (README, "Several masters");
+                    // Quorum mode's release notice, best effort (docs/servers.md, "Several masters");
                     // INFO only names the version of a server too old for redlock, which has
                     // no ACL.
                     .filter(|name| *name != "PUBLISH" && *name != "INFO")

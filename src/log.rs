@@ -1,5 +1,5 @@
 //! redlock's own messages on stderr: `redlock: ` lines, or with `--log-format json` one JSON
-//! object per line (README, "Machine-readable output": `time`, `level`, `message`, `key`,
+//! object per line (docs/reference.md, "Machine-readable output": `time`, `level`, `message`, `key`,
 //! `pid`, and `exit` on the last line of a failed run). Notices (busy, lost, signal notes,
 //! warnings) are silenced by `-q`; step-by-step logs appear only with `-v`.
 //!

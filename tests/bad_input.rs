@@ -167,7 +167,7 @@ fn redis_urls_that_do_not_parse_are_usage_errors_without_the_password() {
     }
 }
 
-/// Repro (issue 27): `--redis 'redis://default:abc/def+SECRET==@127.0.0.1:6500/0'` printed the
+/// Repro: `--redis 'redis://default:abc/def+SECRET==@127.0.0.1:6500/0'` printed the
 /// whole URL, and `redis://user:Pa?ss-SECRET@h` printed "unknown query parameter 'ss-SECRET@h'".
 /// Every ASCII character, around and inside a password, in `--redis` and `REDLOCK_URL`, text and
 /// JSON logs: no part of the password is ever printed.
@@ -208,7 +208,7 @@ fn a_password_with_any_character_is_never_printed() {
     }
 }
 
-/// Repro (issue 23): `redlock --redis '' run ...` and `REDLOCK_URL= redlock run ...` exited 0
+/// Repro: `redlock --redis '' run ...` and `REDLOCK_URL= redlock run ...` exited 0
 /// after locking whatever listens on 127.0.0.1:6379; in CI a missing secret becomes an empty
 /// variable. Only an unset variable falls back to the default.
 #[test]
@@ -302,7 +302,7 @@ fn foreign_data_at_a_lock_key_is_never_clobbered() {
     assert_eq!(server.keys(), [queue]);
     server.cmd::<()>(&["DEL", queue]);
 
-    // (`release --force` said "was free", exit 1, here: issue 23.)
+    // (`release --force` said "was free", exit 1, here.)
     for foreign in [&["RPUSH", fence, "x"][..], &["SET", fence, "not a number"]] {
         server.cmd::<()>(foreign);
         for args in [lock_commands[0], lock_commands[2]] {
@@ -377,7 +377,7 @@ fn a_stopped_server_exits_69_in_bounded_time() {
 
 /// An acquisition whose request got no answer exits 69 with one line: the error, and what the
 /// request may still do. (It said "could not leave the queue" first, of a queue it never
-/// joined: issue 23.)
+/// joined.)
 #[track_caller]
 fn given_up(out: &crate::util::Output) {
     out.code(69).one_line_error(
@@ -513,7 +513,7 @@ fn password_file_problems_are_reported() {
         .stderr_contains("readable by others (mode 644); run: chmod 600");
 }
 
-/// Repro (issue 27): `-q` silenced the warnings about the user's own safety (a password file
+/// Repro: `-q` silenced the warnings about the user's own safety (a password file
 /// others can read, a password on the command line, `--tls-insecure`). `-q` quiets expected
 /// outcomes only.
 #[test]
@@ -563,7 +563,7 @@ impl Timeouts for Redlock {
     }
 }
 
-/// The ACL the README documents for redlock's own user.
+/// The ACL docs/servers.md documents for redlock's own user.
 pub(crate) const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +get +time +hgetall +hlen +hget +hmget +hset +hdel +zcard +zcount +zrange +zrangebyscore +zrank +zadd +zrem +incr +set +pttl +pexpire +pexpireat +del +rpush +ping";
 
 #[test]
@@ -634,7 +634,7 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
 
 /// A Redis user that may not block (no BLPOP) still waits, by looking at the lock twice a
 /// second, with one warning: never a loop of script calls.
-/// Repro (issue 23): a BLPOP refused with an error reply (renamed away, as some hardened
+/// Repro: a BLPOP refused with an error reply (renamed away, as some hardened
 /// servers do; Redis 5.0's fractional timeouts) fell into the "woken" branch, which looked at
 /// the lock and blocked again at once: 5,518 connections and script calls in 3 s here. An error
 /// reply to BLPOP now means polling twice a second, with one warning.
@@ -826,16 +826,16 @@ fn no_known_redis_error_is_an_internal_error() {
     http.join().unwrap();
 }
 
-/// The minimal ACL is the README's, word for word, and grants every command redlock's scripts
-/// call: a script that starts calling a new command fails this test until the README says so.
+/// The minimal ACL is docs/servers.md's, word for word, and grants every command redlock's scripts
+/// call: a script that starts calling a new command fails this test until the docs say so.
 #[test]
 fn the_documented_acl_covers_every_command_the_scripts_call() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("docs/servers.md")).unwrap();
     let line = readme
         .lines()
         .find(|line| line.starts_with("ACL SETUSER redlock on >PASSWORD "))
-        .expect("the README's ACL line");
+        .expect("docs/servers.md's ACL line");
     assert_eq!(
         line.trim_start_matches("ACL SETUSER redlock on >PASSWORD "),
         MINIMAL_ACL
@@ -924,7 +924,7 @@ fn trickle(stream: &mut std::net::TcpStream) {
     }
 }
 
-/// Issue 27, point 5: the command timeout bounds a whole reply, not each read of it.
+/// The command timeout bounds a whole reply, not each read of it.
 #[test]
 fn a_reply_that_trickles_in_is_given_up_after_the_command_timeout() {
     let url = fake_server(trickle);
@@ -968,7 +968,7 @@ fn endless_array(stream: &mut std::net::TcpStream) {
     std::thread::sleep(Duration::from_secs(10));
 }
 
-/// Issue 27, point 5: a reply larger than any redlock asks for is refused as it arrives, not
+/// A reply larger than any redlock asks for is refused as it arrives, not
 /// buffered until memory runs out (nor waited for until the timeout).
 #[test]
 fn a_reply_too_large_for_any_request_is_refused_at_once() {
@@ -989,7 +989,7 @@ fn a_reply_too_large_for_any_request_is_refused_at_once() {
     }
 }
 
-/// Issue 27, point 7: a secret or certificate path that is not a small regular file (a FIFO,
+/// A secret or certificate path that is not a small regular file (a FIFO,
 /// which would block before any timeout, a device that never ends, a huge file) is refused at
 /// once with exit 64, saying why.
 #[test]

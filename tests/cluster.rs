@@ -141,7 +141,7 @@ fn every_command_works_on_a_cluster() {
     assert_eq!(listed, names, "list missed locks on other masters");
 }
 
-/// Issue 23, no retry without backoff: a slot stuck half-migrated (MIGRATING, with some of
+/// A slot stuck half-migrated (MIGRATING, with some of
 /// the lock's keys there and others not) answers every script with TRYAGAIN. A request tries
 /// again after 50 ms, doubling up to 800 ms, for 4 s of pauses in all, then fails (69): about
 /// 2 refusals a second, where retrying at once sends them all within 10 ms.
@@ -182,7 +182,7 @@ fn a_slot_that_answers_tryagain_is_retried_gently() {
     );
 }
 
-/// Issue 23, no retry without backoff: two masters that disagree about a slot's owner (each
+/// Two masters that disagree about a slot's owner (each
 /// names the other: a reconfiguration under way, made here with CLUSTER SETSLOT ... NODE on
 /// the owner) send a request back and forth. Each MOVED after the first is followed after a
 /// pause that doubles, 100 ms to 800 ms, and after 5 redirections the request fails (69):

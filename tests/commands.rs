@@ -830,7 +830,7 @@ fn a_kept_lock_lives_until_released_or_its_limits() {
     assert!(wait_until(Duration::from_secs(2), || !held("limited")));
 }
 
-/// Issue 27, point 8: the keeper holds none of the caller's descriptors beyond the standard
+/// The keeper holds none of the caller's descriptors beyond the standard
 /// three, so a pipe the caller's shell passed as descriptor 3 ends when `acquire` does, not
 /// when the keeper does (a CI step, `$(...)`, `| cat` would wait for --max-hold otherwise).
 #[test]
@@ -860,7 +860,7 @@ fn the_keeper_keeps_none_of_the_callers_descriptors() {
     );
 }
 
-/// Issue 23, no retry without backoff: a keeper whose every renewal is answered with an error
+/// A keeper whose every renewal is answered with an error
 /// (a server whose EVALSHA and EVAL are renamed away) retries every ttl/12, at most 500 ms
 /// apart, and ends (125) once the lease it was started on could have lapsed. It used to retry
 /// on until --max-hold (an hour by default), on a lease long gone. Started here as `acquire
@@ -1201,7 +1201,7 @@ fn doctor_names_what_is_unsafe() {
     assert_eq!(verdict(&out, "role"), "UNSAFE");
 }
 
-/// Repro (issue 23): with the README's least-privilege user doctor could not read INFO or
+/// Repro: with the README's least-privilege user doctor could not read INFO or
 /// CONFIG, printed four `unknown` lines and exited 0 on a server with `allkeys-lru`; without a
 /// password it printed unknowns and UNSAFE; against an HTTP server it said "Broken pipe". An
 /// unknown safety subject now exits 3 and names the grant; the operator's grants see the
@@ -1282,7 +1282,7 @@ fn list_of_nothing_says_so_only_on_a_terminal() {
     );
 }
 
-/// Repro (issue 23): a `--keep-alive` lock showed only the caller's pid, often gone by then:
+/// Repro: a `--keep-alive` lock showed only the caller's pid, often gone by then:
 /// the keeper that renews it is named too, once it has renewed.
 #[test]
 fn a_kept_lock_names_its_keeper() {

@@ -307,12 +307,11 @@ fn readme_lists_every_exit_code() {
     }
 }
 
-/// README's "Commands and flags" reference names every command and every option clap knows
+/// The reference's "Commands and flags" (docs/reference.md) names every command and every option clap knows
 /// (short forms too), so that nothing the program accepts is missing from it.
 #[test]
 fn readme_reference_names_every_command_and_option() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = doc("docs/reference.md");
     let section = &readme[readme
         .find("## Commands and flags")
         .expect("a Commands and flags section")..];
@@ -351,7 +350,7 @@ fn readme_reference_names_every_command_and_option() {
         }
         check(sub, &mut missing);
     }
-    assert!(missing.is_empty(), "README's reference lacks: {missing:?}");
+    assert!(missing.is_empty(), "docs/reference.md lacks: {missing:?}");
 }
 
 /// README's Development section names every tool `.ci/run` installs when missing.
@@ -379,8 +378,7 @@ fn readme_development_names_what_ci_installs() {
 
 #[test]
 fn readme_lists_every_environment_variable() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = doc("docs/reference.md");
     let section = &readme[readme
         .find("## Environment")
         .expect("an Environment section")..];
@@ -390,7 +388,7 @@ fn readme_lists_every_environment_variable() {
     for (name, _) in redlock::cli::ENVIRONMENT {
         assert!(
             section.contains(&format!("`{name}`")),
-            "README's Environment section lacks {name}"
+            "docs/reference.md's Environment section lacks {name}"
         );
     }
 }
@@ -417,17 +415,18 @@ fn help_tables_are_aligned_and_fit_80_columns() {
     }
 }
 
-/// The README's JSON examples have exactly the fields `inspect --json`, `history --json` and
-/// `check --json` print, at every level (holders, waiters, last run, the holds check names).
+/// The reference's JSON examples (docs/reference.md) have exactly the fields `inspect --json`,
+/// `history --json` and `check --json` print, at every level (holders, waiters, last run, the
+/// holds check names).
 #[test]
 fn readme_json_examples_match_the_output() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = doc("docs/reference.md");
     let section = &readme[readme.find("## JSON output").unwrap()..];
     let mut blocks = section.split("```json\n").skip(1).map(|rest| {
         let json = &rest[..rest.find("```").unwrap()];
-        serde_json::from_str::<serde_json::Value>(json)
-            .unwrap_or_else(|err| panic!("README JSON example does not parse: {err}\n{json}"))
+        serde_json::from_str::<serde_json::Value>(json).unwrap_or_else(|err| {
+            panic!("docs/reference.md JSON example does not parse: {err}\n{json}")
+        })
     });
     let (inspect_doc, history_doc, check_doc) = (
         blocks.next().unwrap(),
@@ -506,12 +505,12 @@ fn readme_json_examples_match_the_output() {
         assert_eq!(
             fields(documented),
             fields(printed),
-            "README's {what} fields"
+            "docs/reference.md's {what} fields"
         );
     }
 }
 
-/// Issue 27, point 6: `man --install` (often run as root) follows no symbolic link: a link in
+/// `man --install` (often run as root) follows no symbolic link: a link in
 /// place of a page is replaced and its target left alone; a linked `man1` or DIR is refused;
 /// pages are 0644 whatever the umask.
 #[test]
@@ -748,8 +747,7 @@ fn readme_recipes_work() {
 #[test]
 fn json_log_lines_follow_the_documented_schema() {
     use crate::util::RedisServer;
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = doc("docs/reference.md");
     let section = &readme[readme.find("### redlock's own lines as JSON").unwrap()..];
     let rows: Vec<(String, bool)> = section
         .lines()
@@ -818,4 +816,10 @@ fn json_log_lines_follow_the_documented_schema() {
         seen, documented,
         "documented fields that never appear, or the reverse"
     );
+}
+
+/// A document of the repository, by its path from the root.
+fn doc(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|err| panic!("{path}: {err}"))
 }

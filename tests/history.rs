@@ -169,7 +169,7 @@ fn every_hold_and_how_it_ended_is_recorded() {
 
 /// Waiters handed the lock in a queue get their entries too, and the history keeps the last
 /// 100 holds.
-/// Repro (issue 23): `run -- /no/such/command` was recorded as `released, exit -`, a
+/// Repro: `run -- /no/such/command` was recorded as `released, exit -`, a
 /// `--max-runtime` stop as a plain `released SIGTERM`, and `release --force` without who forced
 /// it. Now: exit 127 (126 for a file that cannot run), the limit that stopped the command, and
 /// user@host with the operator's `--reason`.
@@ -239,7 +239,7 @@ fn the_history_says_why_a_hold_ended() {
         .code(64);
 }
 
-/// Issue 27: the first 256 bytes of every command stay in the history for 30 days, readable
+/// The first 256 bytes of every command stay in the history for 30 days, readable
 /// by every Redis user with access to the keys. `run --hide-arguments` records the program
 /// alone.
 #[test]

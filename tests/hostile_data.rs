@@ -1,4 +1,4 @@
-//! Hostile data in Redis (issue 27): keys that another user of the server filled by hand,
+//! Hostile data in Redis: keys that another user of the server filled by hand,
 //! with records that are well-formed or only look so. Every script that reads a capped key is
 //! run over ten times its cap; each must answer with a documented exit code (never 70), leave
 //! every key it wrote with an expiry (the fence counter aside), and refuse a record it could
@@ -54,7 +54,7 @@ fn zcard(server: &RedisServer, key: &str) -> i64 {
     server.cmd(&["ZCARD", key])
 }
 
-/// The issue's repro: 8,200 entries made `settle` unpack them all in one call, which failed
+/// Repro: 8,200 entries made `settle` unpack them all in one call, which failed
 /// after the holder was written: no token, a lock without expiry, every later acquire failing.
 #[test]
 fn a_history_filled_by_hand_neither_breaks_nor_blocks_the_lock() {

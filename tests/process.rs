@@ -515,7 +515,7 @@ fn waits_non_dumpable(server: &RedisServer, password: Option<&str>) -> bool {
     seen
 }
 
-/// Issue 27: once redlock holds a password it is non-dumpable (no core file with the password
+/// Once redlock holds a password it is non-dumpable (no core file with the password
 /// in it, no reading of its memory by the same user); without one it stays as it was.
 #[test]
 fn a_process_holding_a_password_is_not_dumpable() {

@@ -1,4 +1,4 @@
-//! Quorum mode (issue 14; README "Several masters"): the lock held on a majority of
+//! Quorum mode (docs/servers.md "Several masters"): the lock held on a majority of
 //! independent redis-servers. Masters stopped (SIGSTOP), killed and restarted before, during
 //! and between acquisitions; the verdicts, the fences and what is left on each master checked
 //! from outside.
@@ -457,7 +457,7 @@ fn contending_waiters_take_turns_and_wake_on_release() {
     );
 }
 
-/// The issue's fencing test: acquisitions across 5 masters by contending clients while a
+/// The fencing test: acquisitions across 5 masters by contending clients while a
 /// random minority is stopped (a partition), or killed and restarted (AOF, fsync always):
 /// fences strictly increase in the order the lock was held, and no two holders overlap.
 #[test]
@@ -669,7 +669,7 @@ fn requests_during(server: &RedisServer, during: impl FnOnce()) -> (u64, u64) {
     (server.calls(&["evalsha", "eval"]) - scripts, connections)
 }
 
-/// Issue 23, no retry without backoff: a master that answers SUBSCRIBE with an error (renamed
+/// A master that answers SUBSCRIBE with an error (renamed
 /// away, as some hardened servers do) gets its release listener back at most once a second,
 /// and the waiter, without notices from it, makes a round a second. It used to be 1 s apart
 /// too: this pins it (without the pause, a listener reconnects thousands of times in 3 s).
@@ -708,7 +708,7 @@ fn a_waiter_whose_subscription_is_refused_listens_and_looks_gently() {
     out.code(0);
 }
 
-/// Issue 23, no retry without backoff: a waiter whose rounds a majority of masters answers
+/// A waiter whose rounds a majority of masters answers
 /// with an error (NOREPLICAS) tries again after a pause that doubles from 200 ms to 2 s (a
 /// round is the acquire script on every master and the give-back on each): about 5 rounds
 /// in 3 s, where retrying at once would make thousands.
@@ -884,7 +884,7 @@ fn passwords_in_quorum_urls_stay_secret() {
     assert!(!failed.stderr.contains("wrong-pw"), "{}", failed.stderr);
 }
 
-/// Repro (issue 28): with one of three masters stopped, `run -- true` took 4.4-5.4 s and warned
+/// Repro: with one of three masters stopped, `run -- true` took 4.4-5.4 s and warned
 /// "could not release lock ... it expires by itself" although a majority had released it. The
 /// final release returns once a majority answered.
 #[test]

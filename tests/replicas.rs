@@ -191,7 +191,7 @@ fn a_run_stops_its_command_when_replicas_stop_acknowledging_renewals() {
     }));
 }
 
-/// Repro (issue 23): with fewer connected replicas than `--replicas` asks for and `--wait`,
+/// Repro: with fewer connected replicas than `--replicas` asks for and `--wait`,
 /// redlock took and gave back the lock every ~1.5 s for the whole wait: each round blocked
 /// other contenders, burned a fence and wrote a `released` history entry for a command that
 /// never ran (`--wait 6s`: 4 entries). Now nothing is taken while too few are connected.

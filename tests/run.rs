@@ -385,7 +385,7 @@ fn a_hung_server_stops_the_command_before_the_lease_lapses() {
     out.code(125).stderr_contains("renewals not confirmed");
 }
 
-/// Issue 23, no retry without backoff: a renewal answered with an error (NOREPLICAS: writes
+/// A renewal answered with an error (NOREPLICAS: writes
 /// need a replica the server does not have) is retried every ttl/12, at most 500 ms apart, on
 /// a fresh connection, until the command is stopped before the lease can lapse. With a 6 s
 /// lease: renewals from 2 s on, SIGTERM at about 4.3 s, then the release: a handful of
@@ -563,7 +563,7 @@ fn min_hold_keeps_the_lock_after_a_quick_command() {
         .stderr_empty();
     let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
     assert!(pttl > 1500 && pttl <= 3000, "PTTL {pttl}");
-    // An operator sees a lock kept for its minimum hold, not a run still going (issue 23).
+    // An operator sees a lock kept for its minimum hold, not a run still going.
     let out = server.redlock(&["inspect", "--key", "job"]).run();
     out.code(0)
         .stdout_contains("(min hold)")
@@ -1020,7 +1020,7 @@ fn a_signal_reaches_a_stopped_command() {
     assert!(lock_is_free(&server));
 }
 
-/// Repro (issue 28): with Redis stopped after the command ended, `run` took 10.0 s to exit with
+/// Repro: with Redis stopped after the command ended, `run` took 10.0 s to exit with
 /// the default `--ttl 30s` (3.3 s with `--ttl 10s`), while the README promises a second. The
 /// final release now waits at most a second; the release it sent still runs once the server
 /// continues, so the lock does not sit until its lease ends.

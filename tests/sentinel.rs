@@ -11,7 +11,7 @@ use crate::util::{
     RedisServer, Redlock, TempDir, free_port, send_signal, wait_for_file, wait_until,
 };
 
-/// Issue 23, no retry without backoff: a sentinel that names a replica as the master (stale,
+/// A sentinel that names a replica as the master (stale,
 /// or a failover under way) is asked again after 100 ms, then 200 ms, and then the request
 /// fails (69), instead of three lookups back to back that would get the same answer.
 #[test]
@@ -44,7 +44,7 @@ fn a_master_that_is_a_replica_is_looked_up_again_after_a_pause() {
     );
 }
 
-/// Issue 23, no retry without backoff: a waiter whose sentinel answers every question with an
+/// A waiter whose sentinel answers every question with an
 /// error (here a plain redis-server, which knows no SENTINEL command) asks again after a pause
 /// that doubles from 200 ms to 2 s: a handful of questions while the wait lasts, where asking
 /// again at once would make thousands.
@@ -209,7 +209,7 @@ fn run_through_a_failover(replicas: usize, lock_args: &[&str]) {
         .spawn();
     wait_for_file(&dir.path().join("fence"), Duration::from_secs(10));
     // Failing over before every replica has the lock would test the promotion of one that
-    // never saw it, which no setting prevents (README, "Replicas and failover"): the sentinels
+    // never saw it, which no setting prevents (docs/servers.md, "Replicas and failover"): the sentinels
     // may promote the replica that did not acknowledge.
     assert!(wait_until(Duration::from_secs(5), || {
         set.replicas

@@ -178,7 +178,7 @@ fn tls_files_and_ports_that_do_not_fit_are_reported() {
         .code(69);
 }
 
-/// Issue 27: a self-signed server certificate that is also a CA (what `openssl req -x509`
+/// A self-signed server certificate that is also a CA (what `openssl req -x509`
 /// makes by default), trusted with --tls-ca, is refused by name, not as `Other(...)`.
 #[test]
 fn a_server_presenting_a_ca_certificate_is_told_in_words() {

@@ -1,7 +1,7 @@
 //! The version matrix: the everyday flows against every server release redlock supports
 //! (Redis 6.0, 6.2, Debian's 7.0, and Valkey), and the refusal of an older one (5.0), each
 //! with the real binary of that release (tests/util/releases.rs fetches and caches them).
-//! README, "Supported servers", is the table of what this tests.
+//! docs/servers.md, "Supported servers", is the table of what this tests.
 
 use std::path::Path;
 use std::time::Duration;
@@ -168,7 +168,7 @@ fn everyday_flows_on_valkey() {
     );
 }
 
-/// Repro (issue 23): on Redis 5.0 BLPOP's fractional timeout is an error that a waiter retried
+/// Repro: on Redis 5.0 BLPOP's fractional timeout is an error that a waiter retried
 /// at once: 15,713 connections in a 9.4 s wait, nothing printed; `list` exited 69 on `SCAN ...
 /// TYPE`. Now every command refuses at its first reply, naming the version found and the one
 /// needed (exit 69), a waiter does not wait for a version to change, and nothing is written.
@@ -204,13 +204,14 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
         .stdout_contains("Redis 5.0.10: redlock needs Redis 6.0 or later");
 }
 
-/// Repro (issue 23): the README's ACL line failed verbatim on Redis 6.0 (`resetchannels` is
+/// Repro: the README's ACL line failed verbatim on Redis 6.0 (`resetchannels` is
 /// 6.2+). Its 6.0 line works there, and what a missing grant does on 6.0 is what the README
 /// says: `release` without `+hdel` exits 77, and the lock stays held until its lease runs out.
 #[test]
 fn the_readmes_acl_line_for_redis_6_0_works_there() {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/servers.md"))
+            .unwrap();
     let lines: Vec<&str> = readme
         .lines()
         .filter_map(|line| line.strip_prefix("ACL SETUSER redlock on >PASSWORD "))

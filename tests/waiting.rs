@@ -882,7 +882,7 @@ fn live_waiter_behind_dead_ones(dead: usize, bound: Duration) {
     );
 }
 
-/// Issue 28, point 3: waiters killed while queued must not starve a live one behind them. Each
+/// Waiters killed while queued must not starve a live one behind them. Each
 /// dead place lapses within the head lease (3 s) once it is among the first places, and a dead
 /// waiter handed the lock before that costs one grant; the live waiter, near the head, looks
 /// every second. So the lock is taken within a grant, a head lease and a look of the release
@@ -893,7 +893,7 @@ fn five_dead_waiters_do_not_starve_a_live_one() {
     live_waiter_behind_dead_ones(5, Duration::from_secs(9));
 }
 
-/// Issue 28: a run of dead waiters longer than the head (20, the head lease covers 8) costs no
+/// A run of dead waiters longer than the head (20, the head lease covers 8) costs no
 /// more than the TTL they asked for in all. The live waiter far back looks every third of its
 /// TTL, and once it finds lapsed entries at the head it gives the head lease to every place ahead
 /// of it, so they lapse together; before, each head's worth cost a look of a second per place
@@ -903,7 +903,7 @@ fn twenty_dead_waiters_cost_no_more_than_the_ttl() {
     live_waiter_behind_dead_ones(20, Duration::from_secs(10));
 }
 
-/// Issue 28, point 3: two dead waiters at the head, the one told to watch the first one's grant
+/// Two dead waiters at the head, the one told to watch the first one's grant
 /// dead too: the live waiter behind them is not left to its 40 s refresh (it took 45.75 s).
 /// Killed just before the release, both may still be live when their turns come: each then
 /// costs a waiting `acquire`'s short grant (0.6 s), not the 5 s one of `run` (with a 1.5 s
@@ -913,7 +913,7 @@ fn two_dead_waiters_at_the_head_do_not_starve_a_live_one() {
     live_waiter_behind_dead_ones(2, Duration::from_millis(2500));
 }
 
-/// Issue 28, point 4: a wait that runs out names who holds the lock then, read again, not the
+/// A wait that runs out names who holds the lock then, read again, not the
 /// holder seen when the wait began. Here the holder ('sleep 1') is long gone, and a waiter
 /// killed in the queue was handed the lock: the message says it is being handed over, and to
 /// whom.
@@ -950,7 +950,7 @@ fn a_wait_that_runs_out_names_the_holder_of_the_moment() {
     );
 }
 
-/// Issue 28, point 1: a waiter whose claim is answered only after a stall (here `CLIENT PAUSE`,
+/// A waiter whose claim is answered only after a stall (here `CLIENT PAUSE`,
 /// shorter than the command timeout, so the call sent as it began is answered as it ends)
 /// does not give up with 69 ("granted too late to start the command safely") while its wait
 /// has time left and Redis answers again: it confirms the lease once more and runs its
@@ -979,7 +979,7 @@ fn a_waiter_granted_after_a_stall_runs_its_command() {
     out.code(0).stdout_contains("ran");
 }
 
-/// Repro (issue 23): a waiter that timed out or was interrupted left `P{K}:cancel:<token>` for
+/// Repro: a waiter that timed out or was interrupted left `P{K}:cancel:<token>` for
 /// 5 minutes, although nothing is promised to be left behind. With every request answered,
 /// leaving the queue leaves nothing; the marker is kept only while a request may arrive late
 /// (covered in bad_input and faults).

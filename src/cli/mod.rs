@@ -155,8 +155,8 @@ pub struct Global {
     /// their own password in REDLOCK_SENTINEL_PASSWORD, their user as ?sentinel_user=NAME).
     /// Cluster: redis+cluster://host:port[,host:port...] (seed nodes). Both take rediss+...
     /// for TLS. Given N times (N odd, at least 3; in REDLOCK_URL separated by spaces), each an
-    /// independent master: quorum mode, the lock held on a majority of them (README, "Several
-    /// masters"). A password in the URL works but is visible in the process list; prefer
+    /// independent master: quorum mode, the lock held on a majority of them (docs/servers.md,
+    /// "Several masters"). A password in the URL works but is visible in the process list; prefer
     /// REDLOCK_PASSWORD or --password-file. Passwords are never printed.
     #[arg(
         long,

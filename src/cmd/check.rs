@@ -1,6 +1,6 @@
 //! `redlock check`: did the job run? Each lock's history says whether a hold ended with exit
 //! status 0 within a window, whether one is in progress (and since when), and how the latest
-//! ended. One line per lock, a JSON array (README "JSON output"), or the one line of a
+//! ended. One line per lock, a JSON array (docs/reference.md, "JSON output"), or the one line of a
 //! monitoring plugin (`--nagios`: Nagios, Icinga and the plugins that follow them).
 
 use std::cmp::Reverse;

@@ -1,5 +1,5 @@
 //! `redlock history`: a lock's last holds, newest first, as a table or as JSON (a documented
-//! contract: README "JSON output"). `inspect` shows the latest finished one the same way.
+//! contract: docs/reference.md "JSON output"). `inspect` shows the latest finished one the same way.
 
 use serde::Serialize;
 

@@ -1,5 +1,5 @@
 //! `redlock inspect`: one lock's state as a table or as JSON. The JSON shape is a documented
-//! contract (README "JSON output"); `list --json` prints an array of the same objects.
+//! contract (docs/reference.md "JSON output"); `list --json` prints an array of the same objects.
 
 use serde::Serialize;
 

@@ -391,7 +391,7 @@ mod tests {
         }
     }
 
-    /// Issue 27, point 5: replies larger than any redlock asks for are refused as they come,
+    /// Replies larger than any redlock asks for are refused as they come,
     /// having read no more than the limits allow.
     #[test]
     fn a_reply_over_the_limits_is_refused_before_it_is_read() {
@@ -439,7 +439,7 @@ mod tests {
         }
     }
 
-    /// Issue 27, point 5: whatever bytes arrive, in whatever pieces, even without end, the
+    /// Whatever bytes arrive, in whatever pieces, even without end, the
     /// reader returns (a reply or an error, never a panic) within the limits: it never holds
     /// more than one item and a read in its buffer, nor reads past the most one reply may take.
     #[test]

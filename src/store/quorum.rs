@@ -1,10 +1,10 @@
-//! Quorum mode (README, "Several masters"): one lock held on a majority of N independent Redis
+//! Quorum mode (docs/servers.md, "Several masters"): one lock held on a majority of N independent Redis
 //! masters, antirez's Redlock made explicit. Every request goes to all masters at once, one
 //! thread per master, each bounded by the per-master timeout; on each master the same
 //! token-checked scripts as in single-master mode do the work, and this module counts the
 //! answers. A majority decides; the validity (the lease minus the time the round took minus
 //! the clock drift) bounds what a holder may believe; and a second round writes the fence back
-//! to a majority, so that fences only grow (`lua/raise.lua`, README "Fences over a quorum").
+//! to a majority, so that fences only grow (`lua/raise.lua`, docs/safety.md "Fences over a quorum").
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -459,7 +459,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: &ProxyState) {
 /// What one scenario counted.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Tally {
-    /// The plan's scenario id (T1, T9, ...) and a few words on what ran.
+    /// The scenario's id (T1, T9, ...) and a few words on what ran.
     pub(super) id: &'static str,
     pub(super) name: &'static str,
     /// Acquisitions attempted (runs, acquires) and faults injected.

@@ -1,4 +1,4 @@
-//! Liveness after faults (issue 28), counted: how long a key sits idle with a live waiter
+//! Liveness after faults, counted: how long a key sits idle with a live waiter
 //! queued behind waiters killed with SIGKILL (T39), and how long redlock takes to exit after
 //! its command ended while Redis hangs (T40). Each measurement over its bound is a missed
 //! bound, which fails the row: safety rows count overlaps, these count time lost.
@@ -73,7 +73,7 @@ fn idle_behind_dead_waiters(tally: &mut Tally, dead: usize) -> Duration {
 }
 
 /// T39: the idle time of a key with a live waiter queued behind N dead ones stays under a
-/// second per dead waiter and within the waiters' TTL in all (up to 8 dead; issue 28's goal).
+/// second per dead waiter and within the waiters' TTL in all (up to 8 dead).
 /// The smoke tier runs 5 dead waiters; the full suite 1, 2, 5 and 8.
 #[test]
 fn dead_waiters_ahead_of_a_live_one_leave_the_key_idle_briefly() {

@@ -1,4 +1,4 @@
-//! The fault suite (issue 15; the plan is docs/reliability.md's source): redlock under the
+//! The fault suite (the plan is docs/reliability.md's source): redlock under the
 //! faults production Redis has, judged by oracles that do not trust redlock's own word. The
 //! smoke tier runs with every `cargo test`; `tests/faults/run` runs the full suite (the
 //! `#[ignore]`d tests too, longer soaks, more rounds) and writes docs/reliability.md from what

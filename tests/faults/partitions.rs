@@ -688,7 +688,7 @@ fn split_brain_is_safe_with_min_replicas_and_acknowledged_renewals() {
 /// other side's command starts while it runs: with the defaults until the partition heals, with
 /// `min-replicas-to-write 1` alone until the old master refuses writes (about
 /// `min-replicas-max-lag` + 1 s after the partition) and the holder's last lease runs out.
-/// Those two are out of model (asynchronous replication, README "Safety"): counted, not failed.
+/// Those two are out of model (asynchronous replication, docs/safety.md "Safety"): counted, not failed.
 #[test]
 #[ignore = "the full fault suite runs it (tests/faults/run)"]
 fn split_brain_with_fewer_guards_is_measured() {
@@ -995,7 +995,7 @@ impl FakeClock {
 /// T26 on the Redis host: its wall clock jumps forward by more than the TTL while `run` holds
 /// the lock and another waits. The lease, measured on that clock, is gone at once; the waiter
 /// takes the lock and starts while the holder's command still runs, until the holder's next
-/// renewal finds the lock taken and stops it (125). Out of model (README, "Safety": let NTP
+/// renewal finds the lock taken and stops it (125). Out of model (docs/safety.md, "Safety": let NTP
 /// slew on Redis hosts): the overlap is measured; the fences still rise from one holder to the
 /// next, so a resource that checks them rejects the older holder's writes.
 #[test]

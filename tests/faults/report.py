@@ -40,7 +40,7 @@ print(f"Run on {args.started} with `{args.command}` ({int(args.seconds) // 60} m
       "process against its own redis-server on loopback, but in the network rows (T7, T8, "
       "T16 T17, T22), where servers and clients run in network namespaces of their own, "
       "linked by veth pairs, and nft drops their packets. The suite, its oracles and the "
-      "scenarios are in `tests/faults/`; the plan they follow has the ids (T1-T40).")
+      "scenarios are in `tests/faults/`; each has an id (T1-T40) that stays the same from run to run.")
 print()
 print("Every cell below comes from that run. **runs**: acquisitions attempted; **faults**: "
       "faults injected; **overlaps**: two probes alive at once (a flock referee), or a lost "
@@ -49,7 +49,7 @@ print("Every cell below comes from that run. **runs**: acquisitions attempted; *
       "or a lease longer than the TTL, seen by a sampler every 100 ms; **unexplained exits**: "
       "an exit code outside README's table, or not the one the scenario expects, or another "
       "broken promise that the row's scenario checks (a password shown, a name not shown as "
-      "itself, a crowd of waiters over the plan's load budget); **missed bounds**: a liveness "
+      "itself, a crowd of waiters over the row's load budget); **missed bounds**: a liveness "
       "bound the row promises and missed (T39: a key idle with a live waiter queued behind N "
       "dead ones for 1 s per dead waiter or more, or longer than the TTL; T40: redlock exiting "
       "more than 1.5 s after its command with Redis stopped; T7, T16 T17: the command of a "
@@ -83,11 +83,11 @@ print("Out of the model (marked so): the lock itself is lost, by a restart witho
       "by eviction, by split brain without `--replicas` (T22) or by a jump of the Redis host's "
       "clock (T26). A second holder may then start before the first learns of the loss, which "
       "is what fences are for; those rows count overlaps but pass on 0 stale fences, 0 leaked "
-      "keys and 0 unexplained exits. README, \"Safety\", says which Redis settings avoid them "
+      "keys and 0 unexplained exits. docs/safety.md says which Redis settings avoid them "
       "(`redlock doctor` checks them).")
 print()
 print("Latencies in the notes (signal, release, SIGKILL and SIGTERM timing) are measured and "
-      "shown beside the plan's target; what fails a row is an order that breaks the lock's "
+      "shown beside the row's target; what fails a row is an order that breaks the lock's "
       "promise (a release while a process of the command's group still runs), a key left "
       "behind, or an exit code the row did not expect.")
 print()

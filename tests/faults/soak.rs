@@ -16,7 +16,7 @@ use crate::util::sentinel::Sentinels;
 use crate::util::{RedisServer, Redlock, send_signal};
 
 /// The faults the nemesis picks from; each lasts at most a second, well inside the outage a
-/// 6 s lease tolerates (README, "Timing").
+/// 6 s lease tolerates (docs/reference.md, "When the lock is lost").
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     KillRedlock,

@@ -5,7 +5,7 @@
 //!
 //! Times are measured on CLOCK_MONOTONIC on both sides: the Python commands log when a signal
 //! reached them and when they ended, the test logs when it signalled and when it first saw the
-//! lock's key gone. The plan's latency targets are reported in the notes, measured; what fails
+//! lock's key gone. The latency targets are reported in the notes, measured; what fails
 //! a row is an order that breaks the lock's promise (a release while a process of the
 //! command's group still runs), a key left behind, or an exit code the row did not expect.
 
