@@ -174,7 +174,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s k -l key -d 
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-insecure -d 'Do not verify the server\'s certificate at all (development only; redlock warns)'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s v -l verbose -d 'Log each step to stderr'
-complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l json -d 'Print JSON (documented in the README) instead of a table'
+complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
@@ -192,7 +192,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand history" -s k -l key -d 
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-insecure -d 'Do not verify the server\'s certificate at all (development only; redlock warns)'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s v -l verbose -d 'Log each step to stderr'
-complete -c redlock -n "__fish_redlock_using_subcommand history" -l json -d 'Print JSON (documented in the README) instead of a table'
+complete -c redlock -n "__fish_redlock_using_subcommand history" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r

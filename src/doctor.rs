@@ -52,32 +52,68 @@ pub(crate) fn examine(
     lock: &Lock,
     quorum: bool,
 ) -> anyhow::Result<Vec<Finding>> {
-    // A request the ACL denies (or a command renamed away) is a subject doctor cannot see;
-    // any other failure (no password, not a Redis server, gone) ends doctor as it ends any
-    // command, instead of a list of unknowns.
-    let seen = |result: anyhow::Result<String>| -> anyhow::Result<Option<String>> {
-        match result {
-            Ok(text) => Ok(Some(text)),
-            Err(err) => {
-                let text = format!("{err:#}");
-                if text.contains("permission denied") || text.contains("unknown command") {
-                    Ok(None)
-                } else {
-                    Err(err)
-                }
-            }
-        }
+    let mut exam = Examination {
+        session,
+        findings: Vec::new(),
     };
-    let info = |session: &mut Session, section: &str| -> anyhow::Result<Option<String>> {
-        seen(session.run(|con| redis::cmd("INFO").arg(section).query::<String>(con)))
-    };
-    let field = |text: &str, name: &str| -> Option<String> {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}:")))
-            .map(|value| value.trim().to_owned())
-    };
-    let config = |session: &mut Session, name: &str| -> anyhow::Result<Option<String>> {
-        let pair = session.run(|con| {
+    let server = exam.info("server")?;
+    exam.server(server.as_deref());
+    exam.replication()?;
+    exam.memory()?;
+    exam.persistence()?;
+    exam.permissions(lock, quorum);
+    if server
+        .as_deref()
+        .and_then(|text| field(text, "redis_mode"))
+        .is_some_and(|mode| mode == "cluster")
+    {
+        exam.cluster();
+    }
+    Ok(exam.findings)
+}
+
+/// A field of an `INFO` section.
+fn field(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}:")))
+        .map(|value| value.trim().to_owned())
+}
+
+/// The line for a subject the user may not read.
+fn not_readable(what: &str) -> String {
+    format!(
+        "cannot read {what}: the user may not run INFO or CONFIG GET (grant +info +config|get, docs/servers.md, \"A Redis user for redlock\"), or check it by hand"
+    )
+}
+
+/// One server examined: its session, and what was found so far.
+struct Examination<'a> {
+    session: &'a mut Session,
+    findings: Vec<Finding>,
+}
+
+impl Examination<'_> {
+    fn say(&mut self, check: &'static str, verdict: Verdict, detail: String) {
+        self.findings.push(Finding {
+            check,
+            verdict,
+            detail,
+        });
+    }
+
+    /// `INFO section`; `None` when the ACL denies it (or the command was renamed away): a
+    /// subject doctor cannot see. Any other failure (no password, not a Redis server, gone)
+    /// ends doctor as it ends any command, instead of a list of unknowns.
+    fn info(&mut self, section: &str) -> anyhow::Result<Option<String>> {
+        seen(
+            self.session
+                .run(|con| redis::cmd("INFO").arg(section).query::<String>(con)),
+        )
+    }
+
+    /// `CONFIG GET name`, as [`Examination::info`]; an unknown parameter is `None`.
+    fn config(&mut self, name: &str) -> anyhow::Result<Option<String>> {
+        let pair = self.session.run(|con| {
             redis::cmd("CONFIG")
                 .arg("GET")
                 .arg(name)
@@ -88,109 +124,97 @@ pub(crate) fn examine(
             seen(pair.map(|pair| pair.get(1).cloned().unwrap_or_default()))?
                 .filter(|value| !value.is_empty()),
         )
-    };
-    let mut findings = Vec::new();
-    let mut say = |check: &'static str, verdict: Verdict, detail: String| {
-        findings.push(Finding {
-            check,
-            verdict,
-            detail,
-        });
-    };
-    let not_readable = |what: &str| {
-        format!(
-            "cannot read {what}: the user may not run INFO or CONFIG GET (grant +info +config|get, README \"A Redis user for redlock\"), or check it by hand"
-        )
-    };
+    }
 
-    let server = info(session, "server")?;
-    match server
-        .as_deref()
-        .and_then(|text| field(text, "redis_version"))
-    {
-        Some(version) => {
-            let major: u32 = version
-                .split('.')
-                .next()
-                .and_then(|major| major.parse().ok())
-                .unwrap_or(0);
-            // Valkey names itself, keeps redis_version at the Redis it forked from, and
-            // renamed redis_mode.
-            let mode = server
-                .as_deref()
-                .and_then(|text| field(text, "redis_mode").or_else(|| field(text, "server_mode")))
-                .unwrap_or_else(|| "mode unknown".to_owned());
-            let valkey = server
-                .as_deref()
-                .filter(|text| field(text, "server_name").as_deref() == Some("valkey"))
-                .and_then(|text| field(text, "valkey_version"));
-            if let Some(valkey) = valkey {
-                say(
-                    "server",
-                    Verdict::Ok,
-                    format!("Valkey {valkey} (compatible with Redis {version}; {mode})"),
-                );
-            } else if major >= 7 {
-                say("server", Verdict::Ok, format!("Redis {version} ({mode})"));
-            } else if major < 6 {
-                say(
+    /// The server's name and version (`INFO server`, read by the caller).
+    fn server(&mut self, server: Option<&str>) {
+        match server.and_then(|text| field(text, "redis_version")) {
+            Some(version) => {
+                let major: u32 = version
+                    .split('.')
+                    .next()
+                    .and_then(|major| major.parse().ok())
+                    .unwrap_or(0);
+                // Valkey names itself, keeps redis_version at the Redis it forked from, and
+                // renamed redis_mode.
+                let mode = server
+                    .and_then(|text| {
+                        field(text, "redis_mode").or_else(|| field(text, "server_mode"))
+                    })
+                    .unwrap_or_else(|| "mode unknown".to_owned());
+                let valkey = server
+                    .filter(|text| field(text, "server_name").as_deref() == Some("valkey"))
+                    .and_then(|text| field(text, "valkey_version"));
+                if let Some(valkey) = valkey {
+                    self.say(
+                        "server",
+                        Verdict::Ok,
+                        format!("Valkey {valkey} (compatible with Redis {version}; {mode})"),
+                    );
+                } else if major >= 7 {
+                    self.say("server", Verdict::Ok, format!("Redis {version} ({mode})"));
+                } else if major < 6 {
+                    self.say(
                     "server",
                     Verdict::Unsafe,
                     format!(
                         "Redis {version}: redlock needs Redis 6.0 or later and refuses to lock here"
                     ),
                 );
-            } else {
-                say(
+                } else {
+                    self.say(
                     "server",
                     Verdict::Warn,
                     format!(
                         "Redis {version}: redlock is tested on 7.0 and later; before 7.0 a script cannot check the ACL before it writes, so an ACL that denies one of its commands can leave a change half made"
                     ),
                 );
+                }
             }
+            None => self.say(
+                "server",
+                Verdict::Unknown,
+                not_readable("the server's version"),
+            ),
         }
-        None => say(
-            "server",
-            Verdict::Unknown,
-            not_readable("the server's version"),
-        ),
     }
 
-    match info(session, "replication")? {
-        Some(replication) => {
-            let role = field(&replication, "role").unwrap_or_default();
-            let replicas: u32 = field(&replication, "connected_slaves")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            if role != "master" {
-                say(
-                    "role",
-                    Verdict::Unsafe,
-                    format!(
-                        "the server is a {role}: it refuses writes; point redlock at the master"
-                    ),
-                );
-            } else if replicas == 0 {
-                say(
+    /// The server's role, its replicas, and whether writes wait for them.
+    fn replication(&mut self) -> anyhow::Result<()> {
+        match self.info("replication")? {
+            Some(replication) => {
+                let role = field(&replication, "role").unwrap_or_default();
+                let replicas: u32 = field(&replication, "connected_slaves")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                if role != "master" {
+                    self.say(
+                        "role",
+                        Verdict::Unsafe,
+                        format!(
+                            "the server is a {role}: it refuses writes; point redlock at the master"
+                        ),
+                    );
+                } else if replicas == 0 {
+                    self.say(
                     "replication",
                     Verdict::Ok,
                     "a master without replicas: no failover can lose a lock (a restart can, see persistence)".into(),
                 );
-            } else {
-                let min = config(session, "min-replicas-to-write")?;
-                match min.as_deref() {
-                    Some("0") => say(
+                } else {
+                    let min = self.config("min-replicas-to-write")?;
+                    match min.as_deref() {
+                    Some("0") => self.say(
                         "replication",
                         Verdict::Warn,
                         format!(
-                            "{replicas} replica(s), asynchronous, min-replicas-to-write 0: a failover to a replica that had not received a lock loses it, and a master cut off from its replicas goes on granting and renewing locks (split brain); run with --replicas N and set min-replicas-to-write (README, \"Safety\")"
+                            "{replicas} replica(s), asynchronous, min-replicas-to-write 0: a failover to a replica that had not received a lock loses it, and a master cut off from its replicas goes on granting and renewing locks (split brain); run with --replicas N and set min-replicas-to-write (docs/safety.md)"
                         ),
                     ),
                     Some(min) => {
-                        let lag = config(session, "min-replicas-max-lag")?
+                        let lag = self.config("min-replicas-max-lag")?
                             .unwrap_or_else(|| "?".to_owned());
-                        say(
+                        self.say(
                             "replication",
                             Verdict::Ok,
                             format!(
@@ -198,7 +222,7 @@ pub(crate) fn examine(
                             ),
                         )
                     }
-                    None => say(
+                    None => self.say(
                         "replication",
                         Verdict::Warn,
                         format!(
@@ -207,71 +231,82 @@ pub(crate) fn examine(
                         ),
                     ),
                 }
+                }
             }
+            None => self.say(
+                "replication",
+                Verdict::Unknown,
+                not_readable("the replication"),
+            ),
         }
-        None => say(
-            "replication",
-            Verdict::Unknown,
-            not_readable("the replication"),
-        ),
+
+        Ok(())
     }
 
-    match info(session, "memory")? {
-        Some(memory) => {
-            let limit = field(&memory, "maxmemory").unwrap_or_default();
-            // In the server's own human units (maxmemory_human: 100.00M).
-            let shown_limit = field(&memory, "maxmemory_human").unwrap_or_else(|| limit.clone());
-            let policy = field(&memory, "maxmemory_policy").unwrap_or_default();
-            if limit == "0" {
-                say(
-                    "memory",
-                    Verdict::Ok,
-                    "no memory limit: nothing is evicted".into(),
-                );
-            } else if policy == "noeviction" {
-                say(
+    /// The memory limit and what Redis evicts when it is reached.
+    fn memory(&mut self) -> anyhow::Result<()> {
+        match self.info("memory")? {
+            Some(memory) => {
+                let limit = field(&memory, "maxmemory").unwrap_or_default();
+                // In the server's own human units (maxmemory_human: 100.00M).
+                let shown_limit =
+                    field(&memory, "maxmemory_human").unwrap_or_else(|| limit.clone());
+                let policy = field(&memory, "maxmemory_policy").unwrap_or_default();
+                if limit == "0" {
+                    self.say(
+                        "memory",
+                        Verdict::Ok,
+                        "no memory limit: nothing is evicted".into(),
+                    );
+                } else if policy == "noeviction" {
+                    self.say(
                     "memory",
                     Verdict::Ok,
                     format!(
                         "maxmemory {shown_limit}, noeviction: when full, writes fail (redlock exits 69); nothing is evicted"
                     ),
                 );
-            } else if policy.starts_with("volatile") {
-                say(
+                } else if policy.starts_with("volatile") {
+                    self.say(
                     "memory",
                     Verdict::Unsafe,
                     format!(
                         "maxmemory {shown_limit} with {policy}: under memory pressure a held lock (a key with an expiry) can be evicted, and a second holder takes it before the first notices; use noeviction"
                     ),
                 );
-            } else {
-                say(
+                } else {
+                    self.say(
                     "memory",
                     Verdict::Unsafe,
                     format!(
                         "maxmemory {shown_limit} with {policy}: held locks can be evicted (a second holder takes them), and fence counters too (fences then start again from the server's clock); use noeviction"
                     ),
                 );
+                }
             }
+            None => self.say(
+                "memory",
+                Verdict::Unknown,
+                not_readable("maxmemory and its policy"),
+            ),
         }
-        None => say(
-            "memory",
-            Verdict::Unknown,
-            not_readable("maxmemory and its policy"),
-        ),
+
+        Ok(())
     }
 
-    match info(session, "persistence")? {
-        Some(persistence) => {
-            let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
-            let fsync = config(session, "appendfsync")?;
-            match (aof, fsync.as_deref()) {
-                (true, Some("always")) => say(
+    /// What a restart keeps.
+    fn persistence(&mut self) -> anyhow::Result<()> {
+        match self.info("persistence")? {
+            Some(persistence) => {
+                let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
+                let fsync = self.config("appendfsync")?;
+                match (aof, fsync.as_deref()) {
+                (true, Some("always")) => self.say(
                     "persistence",
                     Verdict::Ok,
                     "append-only file with appendfsync always: a restart keeps every lock".into(),
                 ),
-                (true, fsync) => say(
+                (true, fsync) => self.say(
                     "persistence",
                     Verdict::Warn,
                     format!(
@@ -279,95 +314,113 @@ pub(crate) fn examine(
                         fsync.unwrap_or("(unreadable)")
                     ),
                 ),
-                (false, _) => say(
+                (false, _) => self.say(
                     "persistence",
                     Verdict::Warn,
                     "no append-only file: a restart loses every lock held (fences go on rising, from the server's clock); restart no sooner than the longest lease, or set appendonly yes and appendfsync always".into(),
                 ),
             }
+            }
+            None => self.say(
+                "persistence",
+                Verdict::Unknown,
+                not_readable("the persistence"),
+            ),
         }
-        None => say(
-            "persistence",
-            Verdict::Unknown,
-            not_readable("the persistence"),
-        ),
+
+        Ok(())
     }
 
-    match lock.denied_commands(session) {
-        Ok(Some(denied)) => {
-            let (verdict, detail) = if denied.commands.is_empty() {
-                (
-                    Verdict::Ok,
-                    "the user may run every command redlock needs on its keys".into(),
-                )
-            } else {
-                (
-                    Verdict::Unsafe,
-                    format!(
-                        "the user may not run {} on redlock's keys: those requests fail (exit 77); see the README's ACL line",
-                        denied.commands.join(", ")
-                    ),
-                )
-            };
-            say("permissions", verdict, detail);
-            // Only a quorum's waiters listen for releases.
-            if quorum {
-                let (verdict, detail) = if denied.notices.is_empty() {
+    /// Whether the user may run every command redlock needs (and, for a quorum's master,
+    /// announce releases to waiters).
+    fn permissions(&mut self, lock: &Lock, quorum: bool) {
+        match lock.denied_commands(self.session) {
+            Ok(Some(denied)) => {
+                let (verdict, detail) = if denied.commands.is_empty() {
                     (
+                        Verdict::Ok,
+                        "the user may run every command redlock needs on its keys".into(),
+                    )
+                } else {
+                    (
+                        Verdict::Unsafe,
+                        format!(
+                            "the user may not run {} on redlock's keys: those requests fail (exit 77); see the ACL line in docs/servers.md",
+                            denied.commands.join(", ")
+                        ),
+                    )
+                };
+                self.say("permissions", verdict, detail);
+                // Only a quorum's waiters listen for releases.
+                if quorum {
+                    let (verdict, detail) = if denied.notices.is_empty() {
+                        (
                         Verdict::Ok,
                         "the user may publish and subscribe to releases: waiters are told at once"
                             .into(),
                     )
-                } else {
-                    (
-                        Verdict::Warn,
-                        format!(
-                            "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &{} (README, \"Several masters\")",
-                            denied.notices.join(", "),
-                            lock.released_channels_pattern()
-                        ),
-                    )
-                };
-                say("notices", verdict, detail);
+                    } else {
+                        (
+                            Verdict::Warn,
+                            format!(
+                                "the user may not run {} on redlock's release channels: waiters are not told of releases and look every second instead; grant +publish +subscribe &{} (docs/servers.md, \"Several masters\")",
+                                denied.notices.join(", "),
+                                lock.released_channels_pattern()
+                            ),
+                        )
+                    };
+                    self.say("notices", verdict, detail);
+                }
             }
+            Ok(None) => self.say(
+                "permissions",
+                Verdict::Unknown,
+                "the server cannot check permissions from a script (before Redis 7)".into(),
+            ),
+            Err(err) => self.say(
+                "permissions",
+                Verdict::Unsafe,
+                format!("redlock's scripts cannot run: {err:#}"),
+            ),
         }
-        Ok(None) => say(
-            "permissions",
-            Verdict::Unknown,
-            "the server cannot check permissions from a script (before Redis 7)".into(),
-        ),
-        Err(err) => say(
-            "permissions",
-            Verdict::Unsafe,
-            format!("redlock's scripts cannot run: {err:#}"),
-        ),
     }
 
-    if let Some(cluster) = server
-        .as_deref()
-        .and_then(|text| field(text, "redis_mode"))
-        .filter(|mode| mode == "cluster")
-    {
-        let _ = cluster;
-        let state = session
+    /// A Cluster node: whether every slot is served.
+    fn cluster(&mut self) {
+        let state = self
+            .session
             .run(|con| redis::cmd("CLUSTER").arg("INFO").query::<String>(con))
             .ok()
             .and_then(|text| field(&text, "cluster_state"));
         match state.as_deref() {
-            Some("ok") => say("cluster", Verdict::Ok, "cluster_state ok".into()),
-            Some(state) => say(
+            Some("ok") => self.say("cluster", Verdict::Ok, "cluster_state ok".into()),
+            Some(state) => self.say(
                 "cluster",
                 Verdict::Unsafe,
                 format!("cluster_state {state}: some slots are not served"),
             ),
-            None => say(
+            None => self.say(
                 "cluster",
                 Verdict::Unknown,
                 not_readable("the cluster's state"),
             ),
         }
     }
-    Ok(findings)
+}
+
+/// A request's text; `None` when the ACL denies it or the command was renamed away.
+fn seen(result: anyhow::Result<String>) -> anyhow::Result<Option<String>> {
+    match result {
+        Ok(text) => Ok(Some(text)),
+        Err(err) => {
+            let text = format!("{err:#}");
+            if text.contains("permission denied") || text.contains("unknown command") {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -382,7 +435,7 @@ mod tests {
             .collect()
     }
 
-    /// The doctor asks about every command the scripts call, and the README's ACL line grants
+    /// The doctor asks about every command the scripts call, and the ACL line of docs/servers.md grants
     /// every command the doctor asks about.
     #[test]
     fn the_checked_commands_are_the_ones_redlock_uses() {
@@ -418,7 +471,7 @@ mod tests {
                 }
             }
         }
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../docs/servers.md");
         let acl = readme
             .lines()
             .find(|line| line.starts_with("ACL SETUSER redlock"))

@@ -68,7 +68,7 @@ pub struct LockArgs {
     /// Without it a failover can promote a replica the acquisition never reached, and a second
     /// holder takes the lock there. With it, an acquisition too few replicas acknowledged is
     /// given back and fails (exit 69); under `run`, a renewal too few acknowledged counts as
-    /// failed. WAIT narrows the window, it does not close it: see the README on failover.
+    /// failed. WAIT narrows the window, it does not close it: see docs/servers.md on failover.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
 
@@ -360,7 +360,7 @@ pub struct InspectArgs {
     #[arg(short, long, value_name = "NAME")]
     pub key: Option<String>,
 
-    /// Print JSON (documented in the README) instead of a table
+    /// Print JSON (documented in docs/reference.md) instead of a table
     #[arg(long)]
     pub json: bool,
 
@@ -388,7 +388,7 @@ pub struct HistoryArgs {
     #[arg(short, long, value_name = "NAME")]
     pub key: Option<String>,
 
-    /// Print JSON (documented in the README) instead of a table
+    /// Print JSON (documented in docs/reference.md) instead of a table
     #[arg(long)]
     pub json: bool,
 

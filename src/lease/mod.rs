@@ -191,7 +191,7 @@ mod tests {
         assert!(window.term_at > sent + plan.renew_every + plan.request_timeout);
     }
 
-    /// The numbers the README quotes for the default `--ttl 30s`.
+    /// The numbers docs/reference.md quotes for the default `--ttl 30s`.
     #[test]
     fn plan_for_the_default_ttl() {
         let (plan, _) = Plan::new(30 * S, None, 10 * S, 5 * S).unwrap();

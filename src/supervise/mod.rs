@@ -54,7 +54,7 @@ pub(crate) struct Job {
     pub(crate) replicas: Option<u32>,
 }
 
-/// The longest the final release may take after the command ended (README: redlock ends
+/// The longest the final release may take after the command ended (docs/reference.md: redlock ends
 /// within a second of the command whatever state Redis is in). Waiting longer buys nothing: a
 /// release sent to a slow server still runs when the server gets to it, after redlock has
 /// gone; one that never runs leaves the lock to expire with its lease.
