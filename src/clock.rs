@@ -52,6 +52,12 @@ impl Add<Duration> for BootInstant {
     }
 }
 
+/// The clock drift allowed for over a lease of `ttl`: 1 % of it plus 2 ms (the server's clock
+/// may run at a slightly different rate than ours; in quorum mode, each master's).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,11 +31,7 @@ pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 /// be made in time leaves the lock to its lease.
 pub(crate) const HASTY_RELEASE: Duration = Duration::from_millis(500);
 
-/// The clock drift allowed for over a lease of `ttl`: 1 % of it plus 2 ms (the server's clock
-/// may run at a slightly different rate than ours; in quorum mode, each master's).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
+pub(crate) use crate::clock::drift;
 
 /// The timing of one supervised lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

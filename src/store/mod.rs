@@ -18,7 +18,9 @@ use crate::keys::{LockName, Prefix};
 use crate::lock::{HistoryEntry, Holder, LockState, Unreadable};
 use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Scope, Token, list};
 use crate::log::Log;
-pub(crate) use quorum::{Attempt, Quorum, Verdict, check_count, refusal, transient};
+pub(crate) use quorum::{
+    Attempt, OneRedisOnly, Quorum, QuorumView, Verdict, check_count, refusal, transient,
+};
 
 /// One Redis, or a quorum of masters.
 #[derive(Clone)]
@@ -27,27 +29,10 @@ pub(crate) enum Store {
     Quorum(Arc<Quorum>),
 }
 
-/// A flag that one Redis takes and a quorum refuses.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum OneRedisOnly {
-    Replicas,
-    Limit,
-}
-
 /// What `inspect` saw.
 pub(crate) enum View {
     One(Box<LockState>),
     Quorum(QuorumView),
-}
-
-/// The lock over a quorum: each master's view and the majority's verdict.
-pub(crate) struct QuorumView {
-    pub(crate) verdict: Verdict,
-    /// The fence held on a majority, when held.
-    pub(crate) fence: Option<u64>,
-    pub(crate) majority: usize,
-    /// Each master as shown to people, and its view (or why it did not answer).
-    pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
 }
 
 /// The locks under a prefix (held, or with a history too: [`Scope`]), each once.

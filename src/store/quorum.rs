@@ -10,17 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::BootInstant;
+use crate::clock::drift;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail, failure_of};
 use crate::keys::Prefix;
-use crate::lease::drift;
 use crate::lock::{
     Acquisition, Ending, HistoryEntry, Holder, Lease, Listing, Lock, LockState, Queueing, Release,
     Request, Scope, Unreadable, Waiter, list,
 };
 use crate::log::Log;
-
-use super::{OneRedisOnly, QuorumView};
 
 /// One master, and the connection kept to it between requests.
 struct Master {
@@ -686,6 +684,23 @@ pub(crate) fn check_count(count: usize) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// A flag that one Redis takes and a quorum refuses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OneRedisOnly {
+    Replicas,
+    Limit,
+}
+
+/// The lock over a quorum: each master's view and the majority's verdict.
+pub(crate) struct QuorumView {
+    pub(crate) verdict: Verdict,
+    /// The fence held on a majority, when held.
+    pub(crate) fence: Option<u64>,
+    pub(crate) majority: usize,
+    /// Each master as shown to people, and its view (or why it did not answer).
+    pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
 }
 
 /// What a majority of masters says of a lock.
