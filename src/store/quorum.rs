@@ -267,63 +267,74 @@ impl Quorum {
     /// still on its way there takes nothing when it runs). Never queues.
     pub(crate) fn try_acquire(&self, lock: &Lock, request: &Request<'_>) -> Attempt {
         let sent = BootInstant::now();
-        let ttl = request.ttl;
-        let limit = per_master_limit(self.request_timeout, ttl);
+        let limit = per_master_limit(self.request_timeout, request.ttl);
+        let replies = self.fan_out(limit, |session| {
+            lock.acquire(session, request, Queueing::No)
+        });
+        let round = Round::of(&replies);
+        if let Some(acquired) = self.confirm(lock, request, &round.granted, sent, limit) {
+            return acquired;
+        }
+        self.give_back(lock, request, &replies, limit);
+        self.not_acquired(request, round, &replies)
+    }
+
+    /// A majority granted the lock within its validity: the fence is the largest issued,
+    /// written back to the masters that issued a lower one, and the lock is held when a
+    /// majority has it at that fence, still within the validity.
+    fn confirm(
+        &self,
+        lock: &Lock,
+        request: &Request<'_>,
+        granted: &[u64],
+        sent: BootInstant,
+        limit: Duration,
+    ) -> Option<Attempt> {
+        let valid = || validity(request.ttl, BootInstant::now().since(sent));
+        let majority = self.majority();
+        if granted.len() < majority || valid().is_zero() {
+            return None;
+        }
+        let fence = granted.iter().copied().max().unwrap_or(0);
+        let in_step = granted.iter().all(|&issued| issued == fence);
+        let raised = if request.reenter || in_step {
+            // Re-entry keeps the fence the enclosing invocation was issued. When every master
+            // that granted it issued the same fence, each of them (a majority) already has its
+            // counter and the holder's record at that fence: the write-back would change
+            // nothing (the usual case: every acquisition leaves the masters it held in step).
+            granted.len()
+        } else {
+            self.fan_out(limit.min(valid()), |session| {
+                lock.raise_fence(session, request.token, fence)
+            })
+            .iter()
+            .filter(|reply| matches!(reply, Ok(true)))
+            .count()
+        };
+        (raised >= majority && !valid().is_zero()).then(|| Attempt::Acquired {
+            lease: Lease {
+                token: request.token.clone(),
+                fence,
+                ttl: request.ttl,
+            },
+            sent,
+        })
+    }
+
+    /// Not acquired: gives back what was taken, everywhere it may have been. A master that
+    /// granted it is released (its request is done); one that did not answer gets the token
+    /// given up (`lock.leave`), so that a request still on its way takes nothing.
+    fn give_back(
+        &self,
+        lock: &Lock,
+        request: &Request<'_>,
+        replies: &[anyhow::Result<Acquisition>],
+        limit: Duration,
+    ) {
         let waiter = Waiter {
             token: request.token.clone(),
             ..Waiter::new()
         };
-        let replies = self.fan_out(limit, |session| {
-            lock.acquire(session, request, Queueing::No)
-        });
-        let validity = |now: BootInstant| validity(ttl, now.since(sent));
-        let mut granted = Vec::new();
-        let mut busy = Vec::new();
-        let mut not_held = 0;
-        for (index, reply) in replies.iter().enumerate() {
-            match reply {
-                Ok(Acquisition::Acquired(lease)) => granted.push((index, lease.fence)),
-                Ok(Acquisition::Busy {
-                    holder, now, hint, ..
-                }) => busy.push((holder.clone(), *now, *hint)),
-                Ok(Acquisition::NotHeldByToken) => not_held += 1,
-                Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) => {}
-            }
-        }
-        let majority = self.majority();
-        if granted.len() >= majority && validity(BootInstant::now()) > Duration::ZERO {
-            let fence = granted.iter().map(|&(_, fence)| fence).max().unwrap_or(0);
-            let in_step = granted.iter().all(|&(_, issued)| issued == fence);
-            let raised = if request.reenter || in_step {
-                // Re-entry keeps the fence the enclosing invocation was issued. When every
-                // master that granted it issued the same fence, each of them (a majority)
-                // already has its counter and the holder's record at that fence: the write-back
-                // would change nothing (the usual case: every acquisition leaves the masters
-                // it held in step).
-                granted.len()
-            } else {
-                let limit = limit.min(validity(BootInstant::now()));
-                self.fan_out(limit, |session| {
-                    lock.raise_fence(session, request.token, fence)
-                })
-                .iter()
-                .filter(|reply| matches!(reply, Ok(true)))
-                .count()
-            };
-            if raised >= majority && validity(BootInstant::now()) > Duration::ZERO {
-                return Attempt::Acquired {
-                    lease: Lease {
-                        token: request.token.clone(),
-                        fence,
-                        ttl,
-                    },
-                    sent,
-                };
-            }
-        }
-        // Not acquired: give back what was taken, everywhere it may have been. A master that
-        // granted it is released (its request is done); one that did not answer gets the
-        // token given up (`lock.leave`), so that a request still on its way takes nothing.
         let give_back: Vec<Option<bool>> = replies
             .iter()
             .map(|reply| match reply {
@@ -345,12 +356,28 @@ impl Quorum {
             },
             |index| give_back[index].is_some(),
         );
+    }
+
+    /// What a round that did not take the lock found: a re-entry's token gone, too few masters
+    /// answering, or the lock busy (with when a majority can be free).
+    fn not_acquired(
+        &self,
+        request: &Request<'_>,
+        round: Round,
+        replies: &[anyhow::Result<Acquisition>],
+    ) -> Attempt {
+        let majority = self.majority();
+        let Round {
+            granted,
+            busy,
+            not_held,
+        } = round;
         let answered = granted.len() + busy.len() + not_held;
         if request.reenter && not_held + busy.len() >= majority {
             return Attempt::NotHeldByToken;
         }
         if answered < majority {
-            return Attempt::Unavailable(self.too_few(answered, &replies));
+            return Attempt::Unavailable(self.too_few(answered, replies));
         }
         // Free when enough busy masters' holders expire to make a majority with the free ones.
         let free = self.len() - busy.len();
@@ -701,6 +728,37 @@ pub(crate) struct QuorumView {
     pub(crate) majority: usize,
     /// Each master as shown to people, and its view (or why it did not answer).
     pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
+}
+
+/// The answers of one acquisition round, counted.
+struct Round {
+    /// The fences of the masters that granted the lock.
+    granted: Vec<u64>,
+    /// Each busy master's holder, server time and advice on when to look again.
+    busy: Vec<(Option<Holder>, u64, Duration)>,
+    /// Masters where the re-entered token holds nothing.
+    not_held: usize,
+}
+
+impl Round {
+    fn of(replies: &[anyhow::Result<Acquisition>]) -> Self {
+        let mut round = Round {
+            granted: Vec::new(),
+            busy: Vec::new(),
+            not_held: 0,
+        };
+        for reply in replies {
+            match reply {
+                Ok(Acquisition::Acquired(lease)) => round.granted.push(lease.fence),
+                Ok(Acquisition::Busy {
+                    holder, now, hint, ..
+                }) => round.busy.push((holder.clone(), *now, *hint)),
+                Ok(Acquisition::NotHeldByToken) => round.not_held += 1,
+                Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) => {}
+            }
+        }
+        round
+    }
 }
 
 /// What a majority of masters says of a lock.
