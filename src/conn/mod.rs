@@ -1,15 +1,18 @@
 //! Reaching Redis: the server URL and credentials, TLS, bounded connect and command timeouts,
-//! and the translation of Redis errors into outcomes with exit codes.
+//! and the translation of Redis errors into outcomes with exit codes (`classify`).
 //!
 //! Secrets never leave this module in clear: [`Target::redacted`] is the only form of the URL
 //! used in messages, and no Redis error text carries the password.
 
 mod asking;
+mod classify;
 mod resp;
 mod sentinel;
 mod tls;
 mod transport;
 mod url;
+
+use classify::classify;
 
 pub(crate) use transport::Closer;
 
@@ -24,12 +27,9 @@ use tls::Tls;
 pub use tls::TlsOptions;
 use transport::Connection;
 use url::{Address, RedisUrl, Servers};
+pub(crate) use url::{redact_url, url_has_password};
 
-use crate::duration;
-use crate::exit::{
-    Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with, failure_of,
-    mark_unserved,
-};
+use crate::exit::{Failure, Hint, fail, fail_unserved, fail_with, failure_of, mark_unserved};
 
 /// Who to log in as. The password never shows in `Debug`.
 #[derive(Clone, Default)]
@@ -528,214 +528,6 @@ impl Session {
     /// The bound on each command now in force.
     pub(crate) fn command_timeout(&self) -> Duration {
         self.command_timeout
-    }
-}
-
-/// Maps a Redis error to an outcome: unreachable or refusing → 69, auth/ACL → 77, bad
-/// configuration or foreign data → 64. Only what can be a bug in redlock stays without an
-/// outcome (exit 70): a Lua runtime error in its scripts, a reply it cannot decode. `timeout`
-/// is the bound that was in force, named when it ran out. The kinds are tried in order: the
-/// error's kind, a refused login, what the server said of the request, the connection, the rest.
-fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
-    let code = err.code().unwrap_or_default();
-    // An error raised by a command inside a script ends with where in the script it came
-    // from, which says nothing to the user.
-    let detail = err.detail().unwrap_or_default();
-    let detail = detail
-        .split_once(" script: ")
-        .map_or(detail, |(detail, _)| detail)
-        .trim_end_matches('.');
-    by_kind(err, code, detail)
-        .or_else(|| refused_login(code, detail))
-        .or_else(|| refused_request(code, detail))
-        .or_else(|| by_connection(err, timeout))
-        .unwrap_or_else(|| unexpected(err, code, detail))
-}
-
-/// The server refused the request for a reason of its own, which it names.
-fn refused(what: &str, code: &str, detail: &str) -> anyhow::Error {
-    fail(
-        Failure::Unavailable,
-        format!("the server refused the request ({what}): {code} {detail}"),
-    )
-}
-
-/// Errors the redis crate already sorted by kind.
-fn by_kind(err: &RedisError, code: &str, detail: &str) -> Option<anyhow::Error> {
-    Some(match err.kind() {
-        ErrorKind::AuthenticationFailed => fail(
-            Failure::Auth,
-            "authentication failed (wrong password or user)",
-        ),
-        ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            fail(Failure::Auth, format!("permission denied: {detail}"))
-        }
-        ErrorKind::Server(ServerErrorKind::ReadOnly) => fail_with(
-            Failure::Unavailable,
-            "the server is a read-only replica",
-            Hint::UseMaster,
-        ),
-        // Refused before running: the request may be sent again.
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::TryAgain,
-        ) => fail_unserved(format!(
-            "the server cannot serve requests now: {code} {detail}"
-        )),
-        _ => return None,
-    })
-}
-
-/// A login the server refused, or a permission it does not give.
-fn refused_login(code: &str, detail: &str) -> Option<anyhow::Error> {
-    Some(match () {
-        // A command sent before authenticating: small ones get NOAUTH, and the server drops
-        // a client whose first request has many arguments.
-        () if code == "NOAUTH" || detail.contains("unauthenticated") => fail_with(
-            Failure::Auth,
-            "authentication required: the server needs a password",
-            Hint::GivePassword,
-        ),
-        () if code == "WRONGPASS" => fail(
-            Failure::Auth,
-            format!("authentication failed: {code} {detail}"),
-        ),
-        // A password given to a server that has none (Redis 6+ refuses the AUTH): the
-        // configuration on one side is wrong, and retrying will not mend it.
-        () if detail.contains("called without any password configured") => fail(
-            Failure::Auth,
-            "a password was given, but the server has none set for the default user (give none, or a user that has one)",
-        ),
-        // ACL checks of the commands a script calls (Redis 7 words it so).
-        () if detail.contains("can't run this command") => fail(
-            Failure::Auth,
-            format!(
-                "permission denied inside a script ({detail}); the Redis user lacks a command redlock's scripts call"
-            ),
-        ),
-        () => return None,
-    })
-}
-
-/// What the server (or one of redlock's scripts) said of the request itself: the server too
-/// old, the lock's data not redlock's, the server unable to take it.
-fn refused_request(code: &str, detail: &str) -> Option<anyhow::Error> {
-    Some(match () {
-        // Every script refuses a server too old before it reads or writes anything.
-        () if code == "OLDSERVER" => fail(
-            Failure::Unsupported,
-            format!(
-                "the server is Redis {}; redlock needs Redis 6.0 or later",
-                crate::log::printable(detail)
-            ),
-        ),
-        () if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
-        () if code == "FENCE" => fail(Failure::Usage, format!("the lock's fence counter {detail}")),
-        () if code == "WRONGTYPE" => fail_with(Failure::Usage, detail.to_owned(), Hint::OtherName),
-        () if detail.contains("DB index is out of range") => {
-            fail(Failure::Usage, "the server has no database of that number")
-        }
-        () if detail.contains("increment or decrement would overflow") => fail(
-            Failure::Usage,
-            "the lock's fence counter is at its maximum; delete it if no resource checks this lock's fences",
-        ),
-        () if code == "OOM" => refused("out of memory: maxmemory is reached", code, detail),
-        () if code == "MISCONF" => {
-            refused("it cannot save to disk and refuses writes", code, detail)
-        }
-        () if code == "NOREPLICAS" => {
-            refused("too few replicas for min-replicas-to-write", code, detail)
-        }
-        () if detail.starts_with("max number of clients reached") => fail(
-            Failure::Unavailable,
-            "the server takes no more connections (max number of clients reached)",
-        ),
-        () => return None,
-    })
-}
-
-/// The connection: no answer in time, refused, dropped, or not speaking the Redis protocol.
-fn by_connection(err: &RedisError, timeout: Duration) -> Option<anyhow::Error> {
-    Some(match err.kind() {
-        // The request went out and no reply came: it may still run.
-        _ if err.is_timeout() => fail_no_reply(
-            NoReply::TimedOut,
-            format!("no answer within {}", duration::display(timeout)),
-        ),
-        _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
-        _ if err.is_io_error() || err.is_connection_dropped() => {
-            fail_no_reply(NoReply::Dropped, err.to_string())
-        }
-        ErrorKind::Parse if err.to_string().contains(resp::TOO_LARGE) => {
-            let text = err.to_string();
-            let what = text
-                .split_once(resp::TOO_LARGE)
-                .map_or("", |(_, what)| what.trim());
-            fail(
-                Failure::Unavailable,
-                format!(
-                    "not a Redis server, or not one to trust: it sent {} {what}",
-                    resp::TOO_LARGE
-                ),
-            )
-        }
-        ErrorKind::Parse => fail(
-            Failure::Unavailable,
-            "not a Redis server: it answered with something that is not the Redis protocol",
-        ),
-        _ => return None,
-    })
-}
-
-/// Everything else: a Lua runtime error in one of redlock's own scripts (a bug), another error
-/// reply of the server's own, or an error nobody expected.
-fn unexpected(err: &RedisError, code: &str, detail: &str) -> anyhow::Error {
-    match err.kind() {
-        ErrorKind::Server(_) if detail.contains("user_script:") => {
-            anyhow::anyhow!("a script of redlock failed: {code} {detail}")
-        }
-        ErrorKind::Server(_) | ErrorKind::Extension => refused("an error of its own", code, detail),
-        _ => anyhow::anyhow!("unexpected error: {err}"),
-    }
-}
-
-/// The URL as people may see it: rebuilt from its parsed form with any password (and a lone
-/// user name, which some read as the password) replaced by `***`. Where a URL that does not
-/// parse splits is anyone's guess, so one with an `@` shows only its scheme, and a query is
-/// hidden whole: nothing that could be part of a password is shown.
-pub(crate) fn redact_url(url: &str) -> String {
-    if let Ok(parsed) = RedisUrl::parse(url) {
-        return parsed.shown(false);
-    }
-    let shown = if url.contains('@') {
-        match url.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://***"),
-            None => "***".to_owned(),
-        }
-    } else {
-        let (before, query) = match url.split_once('?') {
-            Some((before, _)) => (before, "?***"),
-            None => (url, ""),
-        };
-        // After a ':' may stand a port, or a password without its '@' (`redis://:s3cret`).
-        match before.split_once("://") {
-            Some((scheme, rest)) if rest.contains(':') => {
-                let host = rest.split(':').next().unwrap_or_default();
-                format!("{scheme}://{host}:***{query}")
-            }
-            _ => format!("{before}{query}"),
-        }
-    };
-    crate::log::printable(&shown)
-}
-
-/// Whether `url` carries a password (or could: one that does not parse and has a userinfo).
-pub(crate) fn url_has_password(url: &str) -> bool {
-    match RedisUrl::parse(url) {
-        Ok(parsed) => parsed.password.is_some(),
-        Err(_) => url.contains('@') || url.contains("pass"),
     }
 }
 

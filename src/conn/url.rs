@@ -393,6 +393,44 @@ fn decode(text: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "percent-encoded bytes that are not UTF-8".to_owned())
 }
 
+/// The URL as people may see it: rebuilt from its parsed form with any password (and a lone
+/// user name, which some read as the password) replaced by `***`. Where a URL that does not
+/// parse splits is anyone's guess, so one with an `@` shows only its scheme, and a query is
+/// hidden whole: nothing that could be part of a password is shown.
+pub(crate) fn redact_url(url: &str) -> String {
+    if let Ok(parsed) = RedisUrl::parse(url) {
+        return parsed.shown(false);
+    }
+    let shown = if url.contains('@') {
+        match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://***"),
+            None => "***".to_owned(),
+        }
+    } else {
+        let (before, query) = match url.split_once('?') {
+            Some((before, _)) => (before, "?***"),
+            None => (url, ""),
+        };
+        // After a ':' may stand a port, or a password without its '@' (`redis://:s3cret`).
+        match before.split_once("://") {
+            Some((scheme, rest)) if rest.contains(':') => {
+                let host = rest.split(':').next().unwrap_or_default();
+                format!("{scheme}://{host}:***{query}")
+            }
+            _ => format!("{before}{query}"),
+        }
+    };
+    crate::log::printable(&shown)
+}
+
+/// Whether `url` carries a password (or could: one that does not parse and has a userinfo).
+pub(crate) fn url_has_password(url: &str) -> bool {
+    match RedisUrl::parse(url) {
+        Ok(parsed) => parsed.password.is_some(),
+        Err(_) => url.contains('@') || url.contains("pass"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

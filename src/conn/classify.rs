@@ -1,0 +1,181 @@
+//! What a failed request means for the user: every error of the redis crate (and of redlock's
+//! own transport and reply reader) mapped to an outcome with its exit code and one line that
+//! says why, in the terms of what the user can do.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::resp;
+use crate::duration;
+use crate::exit::{Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with};
+
+/// Maps a Redis error to an outcome: unreachable or refusing → 69, auth/ACL → 77, bad
+/// configuration or foreign data → 64. Only what can be a bug in redlock stays without an
+/// outcome (exit 70): a Lua runtime error in its scripts, a reply it cannot decode. `timeout`
+/// is the bound that was in force, named when it ran out. The kinds are tried in order: the
+/// error's kind, a refused login, what the server said of the request, the connection, the rest.
+pub(super) fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
+    let code = err.code().unwrap_or_default();
+    // An error raised by a command inside a script ends with where in the script it came
+    // from, which says nothing to the user.
+    let detail = err.detail().unwrap_or_default();
+    let detail = detail
+        .split_once(" script: ")
+        .map_or(detail, |(detail, _)| detail)
+        .trim_end_matches('.');
+    by_kind(err, code, detail)
+        .or_else(|| refused_login(code, detail))
+        .or_else(|| refused_request(code, detail))
+        .or_else(|| by_connection(err, timeout))
+        .unwrap_or_else(|| unexpected(err, code, detail))
+}
+
+/// The server refused the request for a reason of its own, which it names.
+fn refused(what: &str, code: &str, detail: &str) -> anyhow::Error {
+    fail(
+        Failure::Unavailable,
+        format!("the server refused the request ({what}): {code} {detail}"),
+    )
+}
+
+/// Errors the redis crate already sorted by kind.
+fn by_kind(err: &RedisError, code: &str, detail: &str) -> Option<anyhow::Error> {
+    Some(match err.kind() {
+        ErrorKind::AuthenticationFailed => fail(
+            Failure::Auth,
+            "authentication failed (wrong password or user)",
+        ),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            fail(Failure::Auth, format!("permission denied: {detail}"))
+        }
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => fail_with(
+            Failure::Unavailable,
+            "the server is a read-only replica",
+            Hint::UseMaster,
+        ),
+        // Refused before running: the request may be sent again.
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::TryAgain,
+        ) => fail_unserved(format!(
+            "the server cannot serve requests now: {code} {detail}"
+        )),
+        _ => return None,
+    })
+}
+
+/// A login the server refused, or a permission it does not give.
+fn refused_login(code: &str, detail: &str) -> Option<anyhow::Error> {
+    Some(match () {
+        // A command sent before authenticating: small ones get NOAUTH, and the server drops
+        // a client whose first request has many arguments.
+        () if code == "NOAUTH" || detail.contains("unauthenticated") => fail_with(
+            Failure::Auth,
+            "authentication required: the server needs a password",
+            Hint::GivePassword,
+        ),
+        () if code == "WRONGPASS" => fail(
+            Failure::Auth,
+            format!("authentication failed: {code} {detail}"),
+        ),
+        // A password given to a server that has none (Redis 6+ refuses the AUTH): the
+        // configuration on one side is wrong, and retrying will not mend it.
+        () if detail.contains("called without any password configured") => fail(
+            Failure::Auth,
+            "a password was given, but the server has none set for the default user (give none, or a user that has one)",
+        ),
+        // ACL checks of the commands a script calls (Redis 7 words it so).
+        () if detail.contains("can't run this command") => fail(
+            Failure::Auth,
+            format!(
+                "permission denied inside a script ({detail}); the Redis user lacks a command redlock's scripts call"
+            ),
+        ),
+        () => return None,
+    })
+}
+
+/// What the server (or one of redlock's scripts) said of the request itself: the server too
+/// old, the lock's data not redlock's, the server unable to take it.
+fn refused_request(code: &str, detail: &str) -> Option<anyhow::Error> {
+    Some(match () {
+        // Every script refuses a server too old before it reads or writes anything.
+        () if code == "OLDSERVER" => fail(
+            Failure::Unsupported,
+            format!(
+                "the server is Redis {}; redlock needs Redis 6.0 or later",
+                crate::log::printable(detail)
+            ),
+        ),
+        () if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
+        () if code == "FENCE" => fail(Failure::Usage, format!("the lock's fence counter {detail}")),
+        () if code == "WRONGTYPE" => fail_with(Failure::Usage, detail.to_owned(), Hint::OtherName),
+        () if detail.contains("DB index is out of range") => {
+            fail(Failure::Usage, "the server has no database of that number")
+        }
+        () if detail.contains("increment or decrement would overflow") => fail(
+            Failure::Usage,
+            "the lock's fence counter is at its maximum; delete it if no resource checks this lock's fences",
+        ),
+        () if code == "OOM" => refused("out of memory: maxmemory is reached", code, detail),
+        () if code == "MISCONF" => {
+            refused("it cannot save to disk and refuses writes", code, detail)
+        }
+        () if code == "NOREPLICAS" => {
+            refused("too few replicas for min-replicas-to-write", code, detail)
+        }
+        () if detail.starts_with("max number of clients reached") => fail(
+            Failure::Unavailable,
+            "the server takes no more connections (max number of clients reached)",
+        ),
+        () => return None,
+    })
+}
+
+/// The connection: no answer in time, refused, dropped, or not speaking the Redis protocol.
+fn by_connection(err: &RedisError, timeout: Duration) -> Option<anyhow::Error> {
+    Some(match err.kind() {
+        // The request went out and no reply came: it may still run.
+        _ if err.is_timeout() => fail_no_reply(
+            NoReply::TimedOut,
+            format!("no answer within {}", duration::display(timeout)),
+        ),
+        _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
+        _ if err.is_io_error() || err.is_connection_dropped() => {
+            fail_no_reply(NoReply::Dropped, err.to_string())
+        }
+        ErrorKind::Parse if err.to_string().contains(resp::TOO_LARGE) => {
+            let text = err.to_string();
+            let what = text
+                .split_once(resp::TOO_LARGE)
+                .map_or("", |(_, what)| what.trim());
+            fail(
+                Failure::Unavailable,
+                format!(
+                    "not a Redis server, or not one to trust: it sent {} {what}",
+                    resp::TOO_LARGE
+                ),
+            )
+        }
+        ErrorKind::Parse => fail(
+            Failure::Unavailable,
+            "not a Redis server: it answered with something that is not the Redis protocol",
+        ),
+        _ => return None,
+    })
+}
+
+/// Everything else: a Lua runtime error in one of redlock's own scripts (a bug), another error
+/// reply of the server's own, or an error nobody expected.
+fn unexpected(err: &RedisError, code: &str, detail: &str) -> anyhow::Error {
+    match err.kind() {
+        ErrorKind::Server(_) if detail.contains("user_script:") => {
+            anyhow::anyhow!("a script of redlock failed: {code} {detail}")
+        }
+        ErrorKind::Server(_) | ErrorKind::Extension => refused("an error of its own", code, detail),
+        _ => anyhow::anyhow!("unexpected error: {err}"),
+    }
+}
