@@ -20,6 +20,9 @@
 //!   `keys` names the Redis keys of a lock under one hash tag; `identity` is who this process
 //!   is (host, pid, user, command), as the records show it.
 //! - `doctor`: what a server's configuration does to the safety of locks.
+//! - `store`: where locks live, one Redis or a quorum of masters: the whole surface the
+//!   commands use (renewals, releases, inspect's view and the quorum's verdict, listings, the
+//!   history, the forced release), so that they never ask which kind it is.
 //! - `conn`: reaching Redis: URL, password, timeouts, errors classified by outcome.
 //! - `acquire`: taking a lock, re-entering it, or waiting: in its FIFO queue on one Redis (a
 //!   state machine), in rounds over a quorum; the status line of a wait.
