@@ -938,29 +938,31 @@ fn a_kept_lock_for_a_process_that_does_not_exist_is_refused() {
     assert!(server.keys().is_empty(), "{:?}", server.keys());
 }
 
+/// Takes `deploy`, gives it back, and returns the fence the hold was issued.
+fn fence_of_one_hold(server: &RedisServer) -> u64 {
+    let out = server
+        .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "--json"])
+        .run();
+    out.code(0);
+    let token = out.json()["token"].as_str().unwrap().to_owned();
+    server
+        .redlock(&["release", "--key", "deploy", "--token", &token])
+        .run()
+        .code(0);
+    out.json()["fence"].as_u64().unwrap()
+}
+
 #[test]
 fn fences_keep_rising_when_the_counter_is_lost() {
     let mut server = RedisServer::start();
-    let fence = |server: &RedisServer| -> u64 {
-        let out = server
-            .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "--json"])
-            .run();
-        out.code(0);
-        let token = out.json()["token"].as_str().unwrap().to_owned();
-        server
-            .redlock(&["release", "--key", "deploy", "--token", &token])
-            .run()
-            .code(0);
-        out.json()["fence"].as_u64().unwrap()
-    };
-    let mut last = fence(&server);
+    let mut last = fence_of_one_hold(&server);
     for lose in ["DEL", "FLUSHALL", "restart"] {
         match lose {
             "DEL" => server.cmd::<()>(&["DEL", FENCE]),
             "FLUSHALL" => server.cmd::<()>(&["FLUSHALL"]),
             _ => server.restart(),
         }
-        let next = fence(&server);
+        let next = fence_of_one_hold(&server);
         assert!(
             next > last,
             "fence {next} after {last}, the counter lost by {lose}"
@@ -985,21 +987,9 @@ fn fences_keep_rising_when_the_counter_is_lost() {
 #[test]
 fn fences_rise_above_a_counter_left_behind() {
     let server = RedisServer::start();
-    let fence = |server: &RedisServer| -> u64 {
-        let out = server
-            .redlock(&["acquire", "--key", "deploy", "--ttl", "30s", "--json"])
-            .run();
-        out.code(0);
-        let token = out.json()["token"].as_str().unwrap().to_owned();
-        server
-            .redlock(&["release", "--key", "deploy", "--token", &token])
-            .run()
-            .code(0);
-        out.json()["fence"].as_u64().unwrap()
-    };
     let counter =
         |server: &RedisServer| -> u64 { server.cmd::<String>(&["GET", FENCE]).parse().unwrap() };
-    let issued: Vec<u64> = (0..3).map(|_| fence(&server)).collect();
+    let issued: Vec<u64> = (0..3).map(|_| fence_of_one_hold(&server)).collect();
     assert!(
         issued.windows(2).all(|pair| pair[0] < pair[1]),
         "{issued:?}"
@@ -1008,7 +998,7 @@ fn fences_rise_above_a_counter_left_behind() {
     let behind = issued[0];
     server.cmd::<()>(&["SET", FENCE, &behind.to_string()]);
     std::thread::sleep(Duration::from_millis(150));
-    let next = fence(&server);
+    let next = fence_of_one_hold(&server);
     assert!(
         next > issued[2] && next > behind + 1,
         "fence {next} after fences {issued:?} and a counter left at {behind}"
@@ -1017,12 +1007,12 @@ fn fences_rise_above_a_counter_left_behind() {
     // Far behind: a counter that started long ago and was never raised.
     server.cmd::<()>(&["SET", FENCE, "1000"]);
     std::thread::sleep(Duration::from_millis(150));
-    let after = fence(&server);
+    let after = fence_of_one_hold(&server);
     assert!(after > next, "fence {after} after {next}");
     // Ahead of the clock by a day: one more than the counter.
     let ahead = after + 86_400_000_000;
     server.cmd::<()>(&["SET", FENCE, &ahead.to_string()]);
-    assert_eq!(fence(&server), ahead + 1);
+    assert_eq!(fence_of_one_hold(&server), ahead + 1);
     assert_eq!(counter(&server), ahead + 1);
 }
 
