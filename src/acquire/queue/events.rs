@@ -161,17 +161,7 @@ impl Acquirer<'_> {
             // Our own token given up: never by this process while it waits; treated as a
             // place lost.
             Acquisition::Gone | Acquisition::Cancelled => {
-                // Our entry expired (this process was suspended, or Redis lost the queue):
-                // join again, at the back.
-                self.log.warn(format_args!(
-                    "dropped from the queue of lock '{}' (its entry expired); queueing again",
-                    printable(self.lock.name.as_str())
-                ));
-                self.waiter = Waiter {
-                    claims: !self.ask.renews,
-                    ..Waiter::new()
-                };
-                self.call(Call::Join, Some(session));
+                self.queue_again(session);
                 Ok(None)
             }
             Acquisition::NotHeldByToken if self.reentering => {
@@ -188,6 +178,20 @@ impl Acquirer<'_> {
                 anyhow::bail!("the lock's queue answered for a stranger")
             }
         }
+    }
+
+    /// Our entry expired (this process was suspended, or Redis lost the queue): join again,
+    /// at the back, under a new place.
+    fn queue_again(&mut self, session: Session) {
+        self.log.warn(format_args!(
+            "dropped from the queue of lock '{}' (its entry expired); queueing again",
+            printable(self.lock.name.as_str())
+        ));
+        self.waiter = Waiter {
+            claims: !self.ask.renews,
+            ..Waiter::new()
+        };
+        self.call(Call::Join, Some(session));
     }
 
     /// Busy: the end when not waiting (or the wait is over), else the place in the queue
