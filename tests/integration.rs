@@ -20,6 +20,7 @@ mod recipes;
 mod replicas;
 mod run;
 mod scale;
+mod script_calls;
 mod sentinel;
 mod tls;
 mod versions;
