@@ -28,7 +28,7 @@ local request = {
 }
 
 local lock
-refused, lock = open_lock(key, {fence = true, wake = waiter ~= '', acl = lock_writes(key)})
+refused, lock = open_lock(key, {fence = true, free = not stay, wake = waiter ~= ''})
 if refused then return refused end
 local now = lock.now
 
@@ -80,6 +80,9 @@ if reenter and request.mode == 'exclusive' and mine.mode == 'shared' then
 end
 if stay and mine == nil and not queued then return {REPLY.acquire.gone, now} end
 
+refused = check_writes(lock, {all = true})
+if refused then return refused end
+
 -- From here on, writes.
 begin_writes(lock)
 if entry and not queued then
@@ -97,7 +100,7 @@ end
 local function acquired(record, new)
   put_holder(lock, token, record, new)
   if not new then
-    history_change(lock, record.fence, function(entry) entry.exp = record.exp end)
+    history_change(lock, record.fence, lease_reset(record.exp))
   end
   if entry then remove_entry(lock, waiter) end
   -- Wake-ups left for a waiter that is done waiting (a fail-fast caller has no wake list).

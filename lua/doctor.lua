@@ -4,8 +4,10 @@
 -- Every command is asked about with a whole, valid list of arguments: Redis 7.0 reads the keys
 -- of a command from its arguments, and crashes on a command given too few.
 -- Returns (codes: REPLY.doctor in the prelude) {checked, {denied command...}, {denied Pub/Sub
--- command...}}, or {unchecked} on a server that cannot ask: the second list is about quorum
--- mode's release notices on the lock's channel, which are best effort.
+-- command...}, {denied optional command...}}, or {unchecked} on a server that cannot ask: the
+-- second list is about quorum mode's release notices on the lock's channel, which are best
+-- effort; the third about commands the scripts use only when allowed (EXISTS: without it an
+-- acquisition reads the lock's keys one by one, which costs the server more time).
 local refused, key, arg = inputs({'sample'}, {'script_sha', 'channel'})
 if refused then return refused end
 if not redis.acl_check_cmd then return {REPLY.doctor.unchecked} end
@@ -20,11 +22,12 @@ local checks = {
   {'rpush', k, 'v'},
 }
 local notices = {{'publish', arg.channel, 'r'}, {'subscribe', arg.channel}}
-local function denied(list)
+local optional = {{'exists', k, k}}
+local function denied_of(list)
   local names = {}
   for _, check in ipairs(list) do
     if not redis.acl_check_cmd(unpack(check)) then names[#names + 1] = check[1] end
   end
   return names
 end
-return {REPLY.doctor.checked, denied(checks), denied(notices)}
+return {REPLY.doctor.checked, denied_of(checks), denied_of(notices), denied_of(optional)}

@@ -10,22 +10,21 @@ if refused then return refused end
 local token, ttl = arg.token, tonumber(arg.ttl_ms)
 
 local lock
-refused, lock = open_lock(key, {acl = {
-  {'HSET', key.holders, 'f', 'v'}, {'PEXPIREAT', key.holders, '1'},
-  {'ZADD', key.leases, '1', 'm'}, {'ZREM', key.leases, 'm'}, {'PEXPIREAT', key.leases, '1'},
-  {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
-}})
+refused, lock = open_lock(key, {})
 if refused then return refused end
 local mine
 refused, mine = holder_of(lock, token)
 if refused then return refused end
 if mine == nil or mine.over then return {REPLY.extend.not_held, lock.now} end
 
+refused = check_writes(lock, {put = true, history = true})
+if refused then return refused end
+
 -- From here on, writes.
 begin_writes(lock)
 mine.exp, mine.ttl, mine.granted = lock.now + ttl, ttl, nil
 if arg.keeper ~= '' then mine.keeper = tonumber(arg.keeper) end
 put_holder(lock, token, mine, false)
-history_change(lock, mine.fence, function(entry) entry.exp = mine.exp end)
+history_change(lock, mine.fence, lease_reset(mine.exp))
 settle(lock)
 return {REPLY.extend.extended, lock.now}

@@ -12,7 +12,7 @@ local refused, key, arg = inputs(
   {'max_holders', 'max_waiters', 'last_success'})
 if refused then return refused end
 local lock
-refused, lock = open_lock(key, {fence = true})
+refused, lock = open_lock(key, {fence = true, unqueued = true})
 if refused then return refused end
 local now, max_holders, max_waiters = lock.now, tonumber(arg.max_holders), tonumber(arg.max_waiters)
 

@@ -122,23 +122,35 @@ local function read(key, ...)
   return redis.error_reply(message)
 end
 
+-- The server's clock: ms, and µs (for fences, next_fence). Read once per script: every
+-- redis.call costs the server time.
+local function server_clock()
+  local time = redis.call('TIME')
+  local seconds, micros = tonumber(time[1]), tonumber(time[2])
+  return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
+end
+
 -- The server's clock, in ms.
 local function server_now()
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  return (server_clock())
 end
 
 -- The type of each field of the records redlock writes (holder records, queue entries,
 -- history entries). The scripts do arithmetic on these, compare them, pass them to Redis and
 -- encode them again, after their first write: a record whose fields would make one of those
--- calls fail must be refused before it.
-local FIELD_TYPES = {
-  exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
-  pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
-  mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
-  outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
-  due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
-}
+-- calls fail must be refused before it. (Built at the first record decoded: a script that
+-- decodes none, as an acquisition of a free lock, spends no server time on it.)
+local FIELD_TYPES
+local function field_type(name)
+  FIELD_TYPES = FIELD_TYPES or {
+    exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
+    pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
+    mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
+    outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
+    due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
+  }
+  return FIELD_TYPES[name]
+end
 
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
 -- cannot encode infinity or NaN, which it decodes), never a nested table.
@@ -151,7 +163,7 @@ local function flat_value(name, value)
     -- A string of digits (see int()); older records hold a number.
     return kind == 'number' or (kind == 'string' and string.match(value, '^%d+$') ~= nil)
   end
-  local wanted = FIELD_TYPES[name]
+  local wanted = field_type(name)
   if wanted then return kind == wanted end
   return kind == 'string' or kind == 'number' or kind == 'boolean'
 end
@@ -184,18 +196,15 @@ local function wake_key(key, id)
   return string.sub(key.queue, 1, -7) .. ':wake:' .. id
 end
 
--- Checks, before any write, that the user may run every write a script can make
--- (`checks`: {command, key, arguments...}). Redis before 7.0 cannot ask; there an ACL that
--- denies one of them still fails the script part-way (grant redlock's user these commands).
-local function may_write(checks)
-  if not redis.acl_check_cmd then return nil end
-  for _, check in ipairs(checks) do
-    if not redis.acl_check_cmd(unpack(check)) then
-      return redis.error_reply('NOPERM this user may not run ' .. check[1] .. ' on ' .. check[2] ..
-        ', which redlock needs; nothing was changed')
-    end
-  end
-  return nil
+-- Whether the user may run `command` on `key` (with its other arguments: Redis reads a
+-- command's keys from them): nil, or the error reply that refuses the script. Scripts ask about
+-- each write they will make before their first one (check_writes). Redis before 7.0 cannot
+-- ask; there an ACL that denies a write still fails the script part-way (grant redlock's user
+-- the commands of docs/servers.md, "ACL").
+local function denied(command, key, ...)
+  if not redis.acl_check_cmd or redis.acl_check_cmd(command, key, ...) then return nil end
+  return redis.error_reply('NOPERM this user may not run ' .. command .. ' on ' .. key ..
+    ', which redlock needs; nothing was changed')
 end
 
 -- The largest fence: Lua's numbers hold every integer up to 2^53 - 1, and no further.
@@ -219,8 +228,7 @@ local FENCE_CLOCK_UNIT = 100000
 -- no clock steps back by that much. Scripts replicate by their effects (see the top of this
 -- file): replicas and the AOF get the value, not a second reading of the clock.
 local function next_fence(lock)
-  local time = redis.call('TIME')
-  local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local clock = lock.now_us
   if lock.last_fence then clock = clock - clock % FENCE_CLOCK_UNIT end
   local fence
   if lock.last_fence and tonumber(lock.last_fence) >= clock then
@@ -233,19 +241,32 @@ local function next_fence(lock)
   return fence
 end
 
--- The writes of the scripts that change a lock (acquire, release), for may_write.
-local function lock_writes(key)
-  local other = wake_key(key, '0')
-  return {
-    {'HSET', key.holders, 'f', 'v'}, {'HDEL', key.holders, 'f'}, {'DEL', key.holders},
-    {'PEXPIREAT', key.holders, '1'}, {'ZADD', key.leases, '1', 'm'}, {'ZREM', key.leases, 'm'},
-    {'DEL', key.leases}, {'PEXPIREAT', key.leases, '1'}, {'INCR', key.fence},
-    {'SET', key.fence, '1'}, {'SET', key.cancel, '1', 'PX', '1'},
-    {'ZADD', key.queue, '1', 'm'}, {'ZREM', key.queue, 'm'}, {'PEXPIREAT', key.queue, '1'},
-    {'HSET', key.waiters, 'f', 'v'}, {'HDEL', key.waiters, 'f'}, {'PEXPIREAT', key.waiters, '1'},
-    {'DEL', key.wake}, {'RPUSH', other, 'v'}, {'PEXPIRE', other, '1'},
-    {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
-  }
+-- Checks, before the first write, the writes a script that changes a lock will make, by what
+-- it will do (`does`): `put` holder records, `remove` some (or expired ones), `drop` both
+-- holder keys at once, take a `fence`, write the `history`, the `queue` (entries, places, the
+-- caller's wake list and other waiters'), a give-up's `cancel` mark; or `all` of them. Each
+-- check costs the server time (about as much as a read): a release, a renewal, asks only
+-- about what it will write; an acquisition asks about `all`, so that a user who could not
+-- let go of a lock, or leave its queue, is refused before it takes or joins it. Returns nil,
+-- or the error reply of the first write the user may not make.
+local function check_writes(lock, does)
+  if not redis.acl_check_cmd then return nil end
+  local key, all = lock.key, does.all
+  return ((all or does.put) and (denied('HSET', key.holders, 'f', 'v') or denied('ZADD', key.leases, '1', 'm')
+      or denied('PEXPIREAT', key.holders, '1') or denied('PEXPIREAT', key.leases, '1')))
+    or ((all or does.remove) and (denied('HDEL', key.holders, 'f') or denied('ZREM', key.leases, 'm')
+      or denied('PEXPIREAT', key.holders, '1') or denied('PEXPIREAT', key.leases, '1')))
+    or ((all or does.drop) and denied('DEL', key.holders, key.leases))
+    or ((all or does.fence) and (denied('INCR', key.fence) or denied('SET', key.fence, '1')))
+    or ((all or does.history) and (denied('ZADD', key.history, '1', 'm') or denied('ZREM', key.history, 'm')
+      or denied('PEXPIRE', key.history, '1')))
+    or ((all or does.queue) and (denied('ZADD', key.queue, '1', 'm') or denied('ZREM', key.queue, 'm')
+      or denied('PEXPIREAT', key.queue, '1') or denied('HSET', key.waiters, 'f', 'v')
+      or denied('HDEL', key.waiters, 'f') or denied('PEXPIREAT', key.waiters, '1')
+      or denied('DEL', key.wake) or denied('RPUSH', wake_key(key, '0'), 'v')
+      or denied('PEXPIRE', wake_key(key, '0'), '1')))
+    or ((all or does.cancel) and denied('SET', key.cancel, '1', 'PX', '1'))
+    or nil
 end
 
 -- Whether `text` is shaped like a token (32 hex digits) or a waiter id (16).
@@ -307,25 +328,54 @@ local function reconcile_queue(lock)
   return nil
 end
 
+-- How many of `keys` exist (EXISTS), or nil when the user may not ask: the ACL of
+-- docs/servers.md did not grant EXISTS before redlock used it, and a server older than 7.0
+-- cannot be asked (there EXISTS is not used).
+local function existing(...)
+  if redis.acl_check_cmd and redis.acl_check_cmd('EXISTS', ...) then return redis.call('EXISTS', ...) end
+  return nil
+end
+
 -- Reads the counts of a lock's keys and checks them. `key` holds holders and leases, and queue
 -- and waiters unless the script never touches the queue. The fence is checked when
--- `writes.fence` or when someone waits (a hand-off takes a fence), the caller's wake list when
--- `writes.wake`; `writes.acl` is the list for may_write. Returns nil and the lock (now, length:
--- the queue's, last_fence when read); or an error reply when anything there is not redlock's.
-local function open_lock(key, writes)
-  local lock = {key = key, now = server_now(), budget = SCAN_BUDGET, dead = {}, length = 0}
-  local refused, holders, leases, queued, waiters
-  refused, holders = read(key.holders, 'HLEN', key.holders)
-  if refused then return refused end
-  refused, leases = read(key.leases, 'ZCARD', key.leases)
-  if refused then return refused end
-  if holders ~= leases then
-    refused = reconcile_holders(lock)
+-- `reads.fence` or when someone waits (a hand-off takes a fence), the caller's wake list when
+-- `reads.wake`. `reads.free`: the lock is likely free and nobody waits (a first acquisition
+-- call): one EXISTS of the four keys of the holders and the queue then stands for their reads
+-- when none is there, and for the queue's when only the holders' are; `reads.unqueued`:
+-- nobody is likely to wait (a release): one EXISTS stands for the queue's two reads when
+-- neither key is there. (Where a key is likely there, an EXISTS would only add a call.) Returns nil and the lock (now, now_us, length: the queue's, last_fence when read,
+-- holders: the holders hash's length); or an error reply when anything there is not
+-- redlock's. Nothing is written: the writes are checked (check_writes) once the script knows
+-- what it will do.
+local function open_lock(key, reads)
+  local lock = {key = key, budget = SCAN_BUDGET, dead = {}, length = 0, holders = 0}
+  lock.now, lock.now_us = server_clock()
+  local refused, leases, queued, waiters = nil, 0, nil, nil
+  -- (A key that is not there is of no type: nothing to check, and its count is 0; Redis
+  -- deletes an empty hash or sorted set, so a count above 0 is a key that is there.)
+  local present = reads.free and key.queue and
+    existing(key.holders, key.leases, key.queue, key.waiters)
+  if present ~= 0 then
+    refused, lock.holders = read(key.holders, 'HLEN', key.holders)
     if refused then return refused end
+    refused, leases = read(key.leases, 'ZCARD', key.leases)
+    if refused then return refused end
+    if lock.holders ~= leases then
+      refused = reconcile_holders(lock)
+      if refused then return refused end
+    else
+      lock.indexed = leases
+    end
   else
-    lock.indexed = leases
+    lock.indexed = 0
   end
-  if key.queue then
+  local queue_present
+  if key.queue and present then
+    queue_present = present - (lock.holders > 0 and 1 or 0) - (leases > 0 and 1 or 0)
+  elseif key.queue and reads.unqueued then
+    queue_present = existing(key.queue, key.waiters)
+  end
+  if key.queue and queue_present ~= 0 then
     refused, queued = read(key.queue, 'ZCARD', key.queue)
     if refused then return refused end
     refused, waiters = read(key.waiters, 'HLEN', key.waiters)
@@ -336,7 +386,7 @@ local function open_lock(key, writes)
     end
     lock.length = queued
   end
-  if writes.fence or lock.length > 0 then
+  if reads.fence or lock.length > 0 then
     local value
     refused, value = read(key.fence, 'GET', key.fence)
     if refused then return refused end
@@ -350,13 +400,14 @@ local function open_lock(key, writes)
     refused, lock.history_count = read(key.history, 'ZCARD', key.history)
     if refused then return refused end
   end
-  if writes.wake then
+  if reads.wake then
     local found = redis.call('TYPE', key.wake)['ok']
     if found ~= 'none' and found ~= 'list' then return foreign(key.wake, 'is a ' .. found) end
   end
-  refused = may_write(writes.acl or {})
-  if refused then return refused end
-  if holders == 0 then lock.live = 0 end
+  if lock.holders == 0 then lock.live = 0 end
+  -- Every lease is known (none, or all this script writes): settle needs no read for the
+  -- latest one.
+  if lock.holders == 0 and lock.indexed == 0 and not lock.fix then lock.latest = 0 end
   return nil, lock
 end
 
@@ -386,13 +437,15 @@ end
 -- The live record of `token`: nil and the record, or nil when the token holds nothing live; or
 -- an error reply for a record redlock did not write.
 local function holder_of(lock, token)
-  if token == '' then return nil, nil end
+  if token == '' or lock.holders == 0 then return nil, nil end
   local json = redis.call('HGET', lock.key.holders, token)
   if not json then return nil, nil end
   local record = decode(json)
   if not record then return foreign(lock.key.holders, 'holds a field'), nil end
-  if record.exp > lock.now then return nil, record end
-  return nil, nil
+  if record.exp <= lock.now then return nil, nil end
+  -- The only holder, and live: no count of the live ones to read (live_count).
+  if lock.holders == 1 and lock.indexed == 1 then lock.live, lock.sole = 1, token end
+  return nil, record
 end
 
 -- `value` (a record's field) as a whole number from `low` to `high`; `default` when absent.
@@ -415,13 +468,15 @@ end
 -- history key leave it alone. Each entry carries its retention (see HISTORY_CAP): the
 -- holder's own (`record.keep`, `record.keep_ms`), else the newest entry's; settle applies the
 -- retention of the last entry written.
-local function history_start(lock, record)
+local function history_start(lock, record, record_json)
   local key = lock.key.history
   if not key then return end
   local keep, keep_ms = record.keep, record.keep_ms
   if (keep == nil or keep_ms == nil) and lock.history_count > 0 then
     -- (After the first write: an entry that does not decode keeps nothing.)
-    local newest = decode(redis.call('ZRANGE', key, -1, -1)[1])
+    -- (Decoded only when it can carry one: cjson writes no other spelling of these names.)
+    local json = redis.call('ZRANGE', key, -1, -1)[1]
+    local newest = json and string.find(json, '"keep', 1, true) and decode(json)
     if newest then keep, keep_ms = keep or newest.keep, keep_ms or newest.keep_ms end
   end
   -- Within bounds, as whole numbers: one written by hand is not passed on as it was.
@@ -429,12 +484,18 @@ local function history_start(lock, record)
   if keep_ms ~= nil then
     keep_ms = bounded(keep_ms, HISTORY_TTL_MS, HISTORY_MIN_TTL_MS, HISTORY_MAX_TTL_MS)
   end
-  local entry = {
-    fence = record.fence, mode = record.mode, limit = record.limit, host = record.host,
-    pid = record.pid, user = record.user, cmd = record.cmd, note = record.note,
-    since = record.since, exp = record.exp, keep = keep, keep_ms = keep_ms,
-  }
-  redis.call('ZADD', key, record.fence, cjson.encode(entry))
+  local entry, json = record, record_json
+  if keep ~= record.keep or keep_ms ~= record.keep_ms or record.granted then
+    entry = {
+      fence = record.fence, mode = record.mode, limit = record.limit, host = record.host,
+      pid = record.pid, user = record.user, cmd = record.cmd, note = record.note,
+      since = record.since, exp = record.exp, keep = keep, keep_ms = keep_ms,
+    }
+    json = cjson.encode(entry)
+  end
+  -- (Else the holder's own record stands for the entry: its count and ttl are extra fields
+  -- that readers of the history pass over, and one JSON encoding fewer is server time saved.)
+  redis.call('ZADD', key, record.fence, json)
   lock.history_count, lock.history_written, lock.history_kept = lock.history_count + 1, true, entry
 end
 
@@ -442,8 +503,8 @@ end
 -- added first, so the key never empties on the way. (Redis deletes an empty sorted set, and a
 -- Cluster node whose slot is migrating refuses a script's write to a key it no longer has,
 -- half-way through the script.)
-local function history_replace(lock, old, fence, entry)
-  local json = cjson.encode(entry)
+local function history_replace(lock, old, fence, entry, json)
+  json = json or cjson.encode(entry)
   if json == old then return end
   redis.call('ZADD', lock.key.history, fence, json)
   redis.call('ZREM', lock.key.history, old)
@@ -451,16 +512,38 @@ local function history_replace(lock, old, fence, entry)
 end
 
 -- Changes the entry of `fence` with `change(entry)`; nothing when the history has none (it
--- was trimmed, or written before the history existed).
-local function history_change(lock, fence, change)
+-- was trimmed, or written before the history existed). `edit(json)`, if given, makes the same
+-- change to the entry's JSON text, or returns nil when it cannot (then the entry is decoded):
+-- a renewal or a release then costs the server no JSON decoding and encoding of the entry.
+local function history_change(lock, fence, change, edit)
   local key = lock.key.history
   if not key or not fence then return end
-  local found = redis.call('ZRANGEBYSCORE', key, fence, fence, 'LIMIT', 0, 1)
-  local entry = decode(found[1])
+  local found = redis.call('ZRANGEBYSCORE', key, fence, fence, 'LIMIT', 0, 1)[1]
+  -- ('{' and '}': an object, as every entry redlock writes.)
+  local edited = edit and found and string.byte(found, 1) == 123 and string.byte(found, -1) == 125
+    and edit(found)
+  if edited then
+    history_replace(lock, found, fence, nil, edited)
+    -- The retention it carries, if any (see history_start; cjson spells these names only so).
+    lock.history_kept = string.find(edited, '"keep', 1, true) and decode(edited) or nil
+    return
+  end
+  local entry = decode(found)
   if not entry then return end
   change(entry)
-  history_replace(lock, found[1], fence, entry)
+  history_replace(lock, found, fence, entry)
   lock.history_kept = entry
+end
+
+-- The change that sets an entry's lease end to `exp` (a renewal, a grant claimed), as a
+-- change and as an edit of the JSON (see history_change). In JSON text, a quote inside a
+-- string is escaped, so `"exp":` followed by digits and a comma or the closing brace is the
+-- field and its whole value.
+local function lease_reset(exp)
+  return function(entry) entry.exp = exp end, function(json)
+    local edited, found = string.gsub(json, '"exp":%d+([,}])', '"exp":' .. int(exp) .. '%1', 1)
+    return found == 1 and edited or nil
+  end
 end
 
 -- The first `bytes` bytes of UTF-8 `text`, never cutting a character in two (a reader would
@@ -479,10 +562,26 @@ end
 -- The change that ends an entry (`how`: released, forced, given back), with the exit status
 -- and signal the holder reported, and why it ended ('' = not said: who forced it, a limit that
 -- stopped the command), if any.
+-- Also as an edit of the JSON (see history_change): the fields appended before its closing
+-- brace, when none of them is there yet and the exit status and signal are whole numbers.
 local function ended(now, how, exit, signal, why)
+  if why ~= nil and why ~= '' then why = utf8_prefix(why, 256) else why = nil end
   return function(entry)
     entry.ended, entry.outcome, entry.exit, entry.signal = now, how, tonumber(exit), tonumber(signal)
-    if why ~= nil and why ~= '' then entry.why = utf8_prefix(why, 256) end
+    if why then entry.why = why end
+  end, function(json)
+    local fields = {',"ended":', int(now), ',"outcome":', cjson.encode(how)}
+    for name, value in pairs({exit = exit, signal = signal}) do
+      if value ~= '' then
+        if not string.match(value, '^%-?%d+$') then return nil end
+        fields[#fields + 1] = ',"' .. name .. '":' .. value
+      end
+    end
+    if why then fields[#fields + 1] = ',"why":' .. cjson.encode(why) end
+    for _, name in ipairs({'"ended":', '"outcome":', '"exit":', '"signal":', '"why":'}) do
+      if string.find(json, name, 1, true) then return nil end
+    end
+    return string.sub(json, 1, -2) .. table.concat(fields) .. '}'
   end
 end
 
@@ -492,17 +591,30 @@ local function put_holder(lock, token, record, new)
   local json = cjson.encode(record)
   redis.call('HSET', lock.key.holders, token, json)
   redis.call('ZADD', lock.key.leases, record.exp, token)
-  if new then history_start(lock, record) end
+  if new then history_start(lock, record, json) end
   if new and lock.live then lock.live = lock.live + 1 end
   if record.mode == 'exclusive' then lock.exclusive = true end
+  if lock.sole == token then
+    -- Still the only holder (renewed, re-entered, kept): its lease is the latest.
+    lock.latest = record.exp
+  else
+    if lock.latest then lock.latest = math.max(lock.latest, record.exp) end
+    lock.sole = nil
+  end
   lock.first, lock.holders_changed = nil, true
   return json
 end
 
--- Deletes a live holder and its lease.
+-- Deletes a live holder and its lease (both keys, when it was the only one).
 local function remove_holder(lock, token, record)
-  redis.call('HDEL', lock.key.holders, token)
-  redis.call('ZREM', lock.key.leases, token)
+  if lock.sole == token then
+    redis.call('DEL', lock.key.holders, lock.key.leases)
+    lock.latest, lock.sole = 0, nil
+  else
+    redis.call('HDEL', lock.key.holders, token)
+    redis.call('ZREM', lock.key.leases, token)
+    lock.latest = nil
+  end
   if lock.live then lock.live = lock.live - 1 end
   if record.mode == 'exclusive' then lock.exclusive = false end
   lock.first, lock.holders_changed = nil, true
@@ -757,10 +869,12 @@ local function settle(lock)
     redis.call('PEXPIRE', key.history, int(ttl))
   end
   if lock.holders_changed then
-    local last = redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')
-    if last[2] then
-      redis.call('PEXPIREAT', key.holders, last[2])
-      redis.call('PEXPIREAT', key.leases, last[2])
+    -- The latest lease: known when every lease is this script's (0: none left), else read.
+    local latest = lock.latest and lock.latest > 0 and int(lock.latest)
+    if lock.latest == nil then latest = redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')[2] end
+    if latest then
+      redis.call('PEXPIREAT', key.holders, latest)
+      redis.call('PEXPIREAT', key.leases, latest)
     end
   end
   if lock.queue_until then

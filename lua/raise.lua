@@ -15,16 +15,15 @@ if not string.match(fence, '^%d+$') or tonumber(fence) >= MAX_FENCE then
 end
 
 local lock
-refused, lock = open_lock(key, {fence = true, acl = {
-  {'SET', key.fence, '1'}, {'HSET', key.holders, 'f', 'v'}, {'PEXPIREAT', key.holders, '1'},
-  {'ZADD', key.leases, '1', 'm'}, {'PEXPIREAT', key.leases, '1'},
-  {'ZADD', key.history, '1', 'm'}, {'ZREM', key.history, 'm'}, {'PEXPIRE', key.history, '1'},
-}})
+refused, lock = open_lock(key, {fence = true})
 if refused then return refused end
 local mine
 refused, mine = holder_of(lock, token)
 if refused then return refused end
 if mine == nil then return {REPLY.raise.not_held, lock.now} end
+
+refused = check_writes(lock, {put = true, fence = true, history = true})
+if refused then return refused end
 
 -- From here on, writes.
 begin_writes(lock)

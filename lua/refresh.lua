@@ -15,9 +15,8 @@ if entry == nil or entry.exp <= lock.now then return {REPLY.refresh.not_queued, 
 refused, rank = read(key.queue, 'ZRANK', key.queue, arg.waiter)
 if refused then return refused end
 if not rank then return foreign(key.waiters, 'holds a field') end
-refused = may_write({
-  {'HSET', key.waiters, 'f', 'v'}, {'PEXPIREAT', key.waiters, '1'}, {'PEXPIREAT', key.queue, '1'},
-})
+refused = denied('HSET', key.waiters, 'f', 'v') or denied('PEXPIREAT', key.waiters, '1') or
+  denied('PEXPIREAT', key.queue, '1')
 if refused then return refused end
 
 -- From here on, writes.

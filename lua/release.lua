@@ -28,7 +28,7 @@ local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms)
 local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)
 
 local lock
-refused, lock = open_lock(key, {wake = op == 'leave', fence = op == 'force', acl = lock_writes(key)})
+refused, lock = open_lock(key, {wake = op == 'leave', fence = op == 'force', unqueued = op ~= 'leave'})
 if refused then return refused end
 local now = lock.now
 
@@ -37,6 +37,8 @@ refused, mine = holder_of(lock, token)
 if refused then return refused end
 if op == 'token' and mine == nil then
   if arg.held_fence ~= '' then
+    refused = check_writes(lock, {history = true})
+    if refused then return refused end
     -- From here on, writes (to the history only).
     history_change(lock, arg.held_fence, function(entry)
       if not entry.ended then entry.ended, entry.outcome = now, 'lost' end
@@ -67,12 +69,23 @@ if op == 'force' and live_count(lock) > 0 then
   end
 end
 
+-- What this call writes: a hold counted down or kept for the minimum hold is rewritten, one
+-- that ends is removed (both keys at once when it was the only one), the queue's head is
+-- handed what is free.
+local rewrites = op == 'token' and mine ~= nil and ((mine.count or 1) > 1 or mine.since + min_hold > now)
+local removes = op ~= 'force' and mine ~= nil and not rewrites
+refused = check_writes(lock, {history = true, cancel = op == 'leave', drop = op == 'force' or
+  (removes and lock.sole ~= nil), remove = (removes and lock.sole == nil) or lock.fix ~= nil or
+  lock.indexed ~= live_count(lock), put = rewrites or lock.length > 0, fence = lock.length > 0,
+  queue = lock.length > 0 or op == 'leave' or lock.orphans ~= nil})
+if refused then return refused end
+
 -- From here on, writes.
 begin_writes(lock)
 local reply = REPLY.release.released
 if op == 'force' then
   redis.call('DEL', key.holders, key.leases)
-  lock.live, lock.exclusive, lock.first, lock.holders_changed = 0, false, nil, false
+  lock.live, lock.exclusive, lock.first, lock.holders_changed, lock.latest = 0, false, nil, false, 0
   for i = 2, #evicted do
     history_change(lock, decode(evicted[i]).fence, ended(now, 'forced', '', '', arg.why))
   end

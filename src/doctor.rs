@@ -351,6 +351,16 @@ impl Examination<'_> {
                     )
                 };
                 self.say("permissions", verdict, detail);
+                if !denied.optional.is_empty() {
+                    self.say(
+                        "permissions",
+                        Verdict::Warn,
+                        format!(
+                            "the user may not run {} on redlock's keys: requests work, but each acquisition reads the lock's keys one by one, which costs the server more time; see the ACL line in docs/servers.md",
+                            denied.optional.join(", ")
+                        ),
+                    );
+                }
                 // Only a quorum's waiters listen for releases.
                 if quorum {
                     let (verdict, detail) = if denied.notices.is_empty() {
@@ -426,13 +436,19 @@ fn seen(result: anyhow::Result<String>) -> anyhow::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     /// The commands the doctor asks about (the first word of each check in lua/doctor.lua).
+    /// The commands the doctor asks about, required (`local checks`) and optional.
     fn checked() -> Vec<String> {
         let doctor = include_str!("../lua/doctor.lua");
-        doctor[doctor.find("local checks").unwrap()..doctor.find("local notices").unwrap()]
-            .split("{'")
-            .skip(1)
-            .map(|check| check.split('\'').next().unwrap().to_owned())
-            .collect()
+        let names = |from: &str, to: &str| {
+            doctor[doctor.find(from).unwrap()..doctor.find(to).unwrap()]
+                .split("{'")
+                .skip(1)
+                .map(|check| check.split('\'').next().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let mut checked = names("local checks", "local notices");
+        checked.extend(names("local optional", "local function denied_of"));
+        checked
     }
 
     /// The doctor asks about every command the scripts call, and the ACL line of docs/servers.md grants

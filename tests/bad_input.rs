@@ -564,7 +564,7 @@ impl Timeouts for Redlock {
 }
 
 /// The ACL docs/servers.md documents for redlock's own user.
-pub(crate) const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +get +time +hgetall +hlen +hget +hmget +hset +hdel +zcard +zcount +zrange +zrangebyscore +zrank +zadd +zrem +incr +set +pttl +pexpire +pexpireat +del +rpush +ping";
+pub(crate) const MINIMAL_ACL: &str = "resetkeys ~redlock:* resetchannels -@all +evalsha +eval +script|load +blpop +scan +type +exists +get +time +hgetall +hlen +hget +hmget +hset +hdel +zcard +zcount +zrange +zrangebyscore +zrank +zadd +zrem +incr +set +pttl +pexpire +pexpireat +del +rpush +ping";
 
 #[test]
 fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
@@ -596,6 +596,24 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
     as_locker(&["release", "--key", "k", "--force"])
         .run()
         .code(0);
+    // The line documented before the scripts used EXISTS still suffices: they ask first and,
+    // where it is not granted, read the lock's keys one by one; no call is ever denied (the
+    // ACL log stays empty), and the doctor says what granting it saves.
+    let older = add_user("older", &MINIMAL_ACL.replace(" +exists", ""));
+    for _ in 0..2 {
+        server
+            .redlock(&["run", "--key", "o", "--", "true"])
+            .env("REDLOCK_URL", &older)
+            .run()
+            .code(0);
+    }
+    let log: Vec<redis::Value> = server.cmd(&["ACL", "LOG"]);
+    assert!(log.is_empty(), "{log:?}");
+    server
+        .redlock(&["doctor"])
+        .env("REDLOCK_URL", &older)
+        .run()
+        .stdout_contains("may not run exists on redlock's keys: requests work");
     // --replicas needs WAIT, which the minimal list leaves out: refused before anything is
     // taken (WAIT 0 0 comes first).
     as_locker(&["acquire", "--key", "w", "--ttl", "10s", "--replicas", "1"])
@@ -629,7 +647,10 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
         .code(77)
         .one_line_error("permission denied");
     // (No fence for `w`: nothing was ever taken there.)
-    assert_eq!(server.keys_but_history(), ["redlock:{k}:fence"]);
+    assert_eq!(
+        server.keys_but_history(),
+        ["redlock:{k}:fence", "redlock:{o}:fence"]
+    );
 }
 
 /// A Redis user that may not block (no BLPOP) still waits, by looking at the lock twice a

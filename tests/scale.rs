@@ -193,11 +193,17 @@ fn a_user_denied_any_write_changes_nothing() {
         let mut scenarios = vec![
             &["acquire", "--key", "job", "--ttl", "10s", "--wait", "1s"][..],
             &["acquire", "--key", "free", "--ttl", "10s"],
-            &release,
         ];
-        // extend writes only the holder's record and lease.
+        // An acquisition asks about every write a hold may need; a release and a renewal only
+        // about those they make. extend writes the holder's record and lease and its history
+        // entry; the release of the only holder deletes both holder keys and closes its
+        // history entry.
         if ["hset", "zadd", "zrem", "pexpireat"].contains(&denied) {
             scenarios.push(&extend);
+        }
+        let release_writes = ["del", "zadd", "zrem", "pexpire"].contains(&denied);
+        if release_writes {
+            scenarios.push(&release);
         }
         for args in scenarios {
             let out = server.redlock(args).env("REDLOCK_URL", &url).run();
@@ -210,6 +216,19 @@ fn a_user_denied_any_write_changes_nothing() {
                 server.cmd::<Vec<String>>(&["HVALS", HOLDERS]),
                 record,
                 "{args:?} without +{denied}"
+            );
+        }
+        if !release_writes {
+            server
+                .redlock(&release)
+                .env("REDLOCK_URL", &url)
+                .run()
+                .code(0);
+            assert_every_key_expires(&server, &format!("release without +{denied}"));
+            assert_eq!(
+                server.keys_but_history(),
+                ["redlock:{job}:fence"],
+                "without +{denied}"
             );
         }
     }

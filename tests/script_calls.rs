@@ -26,31 +26,31 @@ use crate::util::{Output, RedisServer, Redlock, Running, alive, wait_until};
 /// each command`. When a script changes on purpose, replace this with the table the failure
 /// prints (same format), and say in the commit why the counts moved.
 const PINNED: &str = "
-acquire: a free lock, no history                                     | 1 |  18 | GET 2, HGET 1, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 2, ZADD 2, ZCARD 3, ZRANGE 1
-release by token                                                     | 1 |  15 | HDEL 1, HGET 1, HLEN 2, PEXPIRE 1, TIME 1, ZADD 1, ZCARD 3, ZCOUNT 1, ZRANGE 1, ZRANGEBYSCORE 1, ZREM 2
-acquire: a free lock with a history                                  | 1 |  19 | GET 2, HGET 1, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 2, ZADD 2, ZCARD 3, ZRANGE 2
-acquire: busy, no --wait                                             | 1 |  12 | GET 2, HGET 2, HLEN 2, TIME 1, ZCARD 3, ZCOUNT 1, ZRANGEBYSCORE 1
-extend by token                                                      | 1 |  14 | HGET 1, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGE 1, ZRANGEBYSCORE 1, ZREM 1
-inspect: held, 2 holds in the history                                | 1 |  12 | GET 1, HLEN 2, HMGET 1, TIME 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+acquire: a free lock, no history                                     | 1 |  12 | EXISTS 1, GET 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 1
+release by token                                                     | 1 |  11 | DEL 1, EXISTS 1, HGET 1, HLEN 1, PEXPIRE 1, TIME 1, ZADD 1, ZCARD 2, ZRANGEBYSCORE 1, ZREM 1
+acquire: a free lock with a history                                  | 1 |  13 | EXISTS 1, GET 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 1, ZRANGE 1
+acquire: busy, no --wait                                             | 1 |  11 | EXISTS 1, GET 2, HGET 2, HLEN 1, TIME 1, ZCARD 2, ZCOUNT 1, ZRANGEBYSCORE 1
+extend by token                                                      | 1 |  13 | HGET 1, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGEBYSCORE 1, ZREM 1
+inspect: held, 2 holds in the history                                | 1 |  11 | EXISTS 1, GET 1, HLEN 1, HMGET 1, TIME 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
 history: 2 holds                                                     | 1 |   4 | TIME 1, ZCARD 1, ZRANGE 2
-release --force                                                      | 1 |  15 | DEL 1, GET 1, HLEN 2, HMGET 1, PEXPIRE 1, TIME 1, ZADD 1, ZCARD 3, ZCOUNT 1, ZRANGEBYSCORE 2, ZREM 1
-list: one held lock under the prefix                                 | 1 |  12 | GET 1, HLEN 2, HMGET 1, TIME 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
-acquire --wait: joins the queue                                      | 1 |  23 | DEL 1, GET 2, HGET 3, HLEN 2, HMGET 1, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, TYPE 1, ZADD 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+release --force                                                      | 1 |  14 | DEL 1, EXISTS 1, GET 1, HLEN 1, HMGET 1, PEXPIRE 1, TIME 1, ZADD 1, ZCARD 2, ZCOUNT 1, ZRANGEBYSCORE 2, ZREM 1
+list: one held lock under the prefix                                 | 1 |  11 | EXISTS 1, GET 1, HLEN 1, HMGET 1, TIME 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+acquire --wait: joins the queue                                      | 1 |  22 | DEL 1, EXISTS 1, GET 2, HGET 3, HLEN 1, HMGET 1, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, TYPE 1, ZADD 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
 refresh of a waiter's place (library call)                           | 1 |   8 | HGET 1, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, ZCARD 1, ZRANK 1
 acquire --wait: a look at the lock while queued                      | 1 |  24 | GET 2, HGET 3, HLEN 2, HMGET 2, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, TYPE 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1, ZRANK 2
-release by token: hands the lock to the waiter                       | 1 |  30 | GET 1, HDEL 2, HGET 1, HLEN 2, HMGET 1, HSET 1, PEXPIRE 2, PEXPIREAT 2, RPUSH 1, SET 1, TIME 2, ZADD 3, ZCARD 3, ZCOUNT 1, ZRANGE 3, ZRANGEBYSCORE 1, ZREM 3
-acquire --wait: claims the lock handed to it                         | 1 |  24 | DEL 1, GET 2, HGET 3, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, TYPE 1, ZADD 2, ZCARD 3, ZCOUNT 1, ZRANGE 1, ZRANGEBYSCORE 2, ZREM 1
-acquire --wait 500ms runs out: joins, leaves, reads the holder       | 3 |  50 | DEL 2, GET 4, HDEL 1, HGET 4, HLEN 6, HMGET 3, HSET 1, PEXPIREAT 2, PTTL 1, TIME 3, TYPE 2, ZADD 1, ZCARD 9, ZCOUNT 3, ZRANGE 5, ZRANGEBYSCORE 2, ZREM 1
-acquire --shared: a second reader                                    | 1 |  22 | GET 2, HGET 2, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 2, ZADD 2, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
-acquire --limit 3: a second permit                                   | 1 |  22 | GET 2, HGET 2, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 2, ZADD 2, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
-acquire inside a holder of the lock: re-enters                       | 1 |  21 | GET 2, HGET 2, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 3, ZCOUNT 1, ZRANGE 1, ZRANGEBYSCORE 2, ZREM 1
-release of a re-entered hold: counts down                            | 1 |  13 | HGET 1, HLEN 2, HSET 1, PEXPIREAT 2, TIME 1, ZADD 1, ZCARD 3, ZCOUNT 1, ZRANGE 1
-run -- true: acquire and release, a lock with a history              | 2 |  34 | GET 2, HDEL 1, HGET 2, HLEN 4, HSET 1, PEXPIRE 2, PEXPIREAT 2, SET 1, TIME 3, ZADD 3, ZCARD 6, ZCOUNT 1, ZRANGE 3, ZRANGEBYSCORE 1, ZREM 2
-run --min-hold 1m -- true: acquire, release kept                     | 2 |  35 | GET 2, HGET 2, HLEN 4, HSET 2, PEXPIRE 2, PEXPIREAT 4, SET 1, TIME 3, ZADD 4, ZCARD 6, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1, ZREM 1
-run: a renewal                                                       | 1 |  14 | HGET 1, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGE 1, ZRANGEBYSCORE 1, ZREM 1
-a run whose lock is forced away: force, failed renewal, lost release | 3 |  31 | DEL 1, GET 1, HGET 2, HLEN 5, HMGET 1, PEXPIRE 2, TIME 3, ZADD 2, ZCARD 8, ZCOUNT 1, ZRANGEBYSCORE 3, ZREM 2
-quorum acquire, 3 masters in step (summed)                           | 3 |  54 | GET 6, HGET 3, HLEN 6, HSET 3, INCR 3, PEXPIRE 3, PEXPIREAT 6, TIME 6, ZADD 6, ZCARD 9, ZRANGE 3
-quorum acquire, 3 masters out of step, with raise (summed)           | 6 |  92 | GET 9, HGET 6, HLEN 9, HSET 5, INCR 3, PEXPIRE 5, PEXPIREAT 10, SET 2, TIME 9, ZADD 10, ZCARD 15, ZRANGE 5, ZRANGEBYSCORE 2, ZREM 2
+release by token: hands the lock to the waiter                       | 1 |  27 | DEL 1, EXISTS 1, GET 1, HDEL 1, HGET 1, HLEN 2, HMGET 1, HSET 1, PEXPIRE 2, PEXPIREAT 2, RPUSH 1, SET 1, TIME 1, ZADD 3, ZCARD 3, ZRANGE 2, ZRANGEBYSCORE 1, ZREM 2
+acquire --wait: claims the lock handed to it                         | 1 |  22 | DEL 1, GET 2, HGET 3, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, TYPE 1, ZADD 2, ZCARD 3, ZRANGEBYSCORE 2, ZREM 1
+acquire --wait 500ms runs out: joins, leaves, reads the holder       | 3 |  48 | DEL 2, EXISTS 2, GET 4, HDEL 1, HGET 4, HLEN 4, HMGET 3, HSET 1, PEXPIREAT 2, PTTL 1, TIME 3, TYPE 2, ZADD 1, ZCARD 7, ZCOUNT 3, ZRANGE 5, ZRANGEBYSCORE 2, ZREM 1
+acquire --shared: a second reader                                    | 1 |  20 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+acquire --limit 3: a second permit                                   | 1 |  20 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+acquire inside a holder of the lock: re-enters                       | 1 |  18 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGEBYSCORE 2, ZREM 1
+release of a re-entered hold: counts down                            | 1 |  10 | EXISTS 1, HGET 1, HLEN 1, HSET 1, PEXPIREAT 2, TIME 1, ZADD 1, ZCARD 2
+run -- true: acquire and release, a lock with a history              | 2 |  24 | DEL 1, EXISTS 2, GET 2, HGET 1, HLEN 1, HSET 1, PEXPIRE 2, PEXPIREAT 2, SET 1, TIME 2, ZADD 3, ZCARD 3, ZRANGE 1, ZRANGEBYSCORE 1, ZREM 1
+run --min-hold 1m -- true: acquire, release kept                     | 2 |  26 | EXISTS 2, GET 2, HGET 1, HLEN 1, HSET 2, PEXPIRE 2, PEXPIREAT 4, SET 1, TIME 2, ZADD 4, ZCARD 3, ZRANGEBYSCORE 1, ZREM 1
+run: a renewal                                                       | 1 |  13 | HGET 1, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGEBYSCORE 1, ZREM 1
+a run whose lock is forced away: force, failed renewal, lost release | 3 |  27 | DEL 1, EXISTS 2, GET 1, HLEN 3, HMGET 1, PEXPIRE 2, TIME 3, ZADD 2, ZCARD 6, ZCOUNT 1, ZRANGEBYSCORE 3, ZREM 2
+quorum acquire, 3 masters in step (summed)                           | 3 |  36 | EXISTS 3, GET 6, HSET 3, INCR 3, PEXPIRE 3, PEXPIREAT 6, TIME 3, ZADD 6, ZCARD 3
+quorum acquire, 3 masters out of step, with raise (summed)           | 6 |  72 | EXISTS 3, GET 9, HGET 3, HLEN 3, HSET 5, INCR 3, PEXPIRE 5, PEXPIREAT 10, SET 2, TIME 6, ZADD 10, ZCARD 9, ZRANGEBYSCORE 2, ZREM 2
 ";
 
 /// Commands that reach the server from outside a script: redlock's own (found with MONITOR:

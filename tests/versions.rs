@@ -206,7 +206,8 @@ fn redis_5_0_is_refused_at_the_first_reply_naming_both_versions() {
 
 /// Repro: the README's ACL line failed verbatim on Redis 6.0 (`resetchannels` is
 /// 6.2+). Its 6.0 line works there, and what a missing grant does on 6.0 is what the README
-/// says: `release` without `+hdel` exits 77, and the lock stays held until its lease runs out.
+/// says: `release` without `+del` (the release of a lock's only holder deletes both its keys)
+/// exits 77, and the lock stays held until its lease runs out.
 #[test]
 fn the_readmes_acl_line_for_redis_6_0_works_there() {
     let readme =
@@ -249,11 +250,11 @@ fn the_readmes_acl_line_for_redis_6_0_works_there() {
         .run()
         .code(0);
 
-    let no_hdel = add_user("nohdel", &for_6_0.replace(" +hdel", ""));
-    let as_no_hdel = |args: &[&str]| server.redlock(args).env("REDLOCK_URL", &no_hdel);
-    let held = as_no_hdel(&["acquire", "--key", "h", "--ttl", "5s"]).run();
+    let no_del = add_user("nodel", &for_6_0.replace(" +del", ""));
+    let as_no_del = |args: &[&str]| server.redlock(args).env("REDLOCK_URL", &no_del);
+    let held = as_no_del(&["acquire", "--key", "h", "--ttl", "5s"]).run();
     held.code(0);
-    as_no_hdel(&["release", "--key", "h", "--token", held.stdout.trim()])
+    as_no_del(&["release", "--key", "h", "--token", held.stdout.trim()])
         .run()
         .code(77);
     as_locker(&["inspect", "--key", "h"]).run().code(0);

@@ -23,6 +23,9 @@ pub struct Denied {
     /// PUBLISH and SUBSCRIBE on the lock's release channel: quorum-mode waiters are then not
     /// told of releases, and look every second instead.
     pub(crate) notices: Vec<String>,
+    /// Commands the scripts use only where the user may (EXISTS): without them each request
+    /// costs the server more time, nothing else.
+    pub(crate) optional: Vec<String>,
 }
 
 /// A lock's state at one instant of the server's clock.
@@ -169,6 +172,7 @@ impl Lock {
             DoctorCode::Checked => Some(Denied {
                 commands: reply.field()?,
                 notices: reply.field()?,
+                optional: reply.field()?,
             }),
         })
     }
