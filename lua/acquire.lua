@@ -80,7 +80,17 @@ if reenter and request.mode == 'exclusive' and mine.mode == 'shared' then
 end
 if stay and mine == nil and not queued then return {REPLY.acquire.gone, now} end
 
-refused = check_writes(lock, {all = true})
+-- A caller that does not wait, on a held lock that nobody queues for, takes nothing: it
+-- writes at most the purge of expired holders (and a repair of the index), and asks only about
+-- that (the cron fleet's hosts that skip a run). Every other call asks about every write its
+-- hold or its place may need (see check_writes).
+local passes_by = waiter == '' and mine == nil and lock.length == 0 and not admitted(request, lock)
+if passes_by then
+  refused = check_writes(lock, {put = lock.fix ~= nil, queue = lock.orphans ~= nil,
+    remove = lock.fix ~= nil or lock.indexed ~= live_count(lock)})
+else
+  refused = check_writes(lock, {all = true})
+end
 if refused then return refused end
 
 -- From here on, writes.
