@@ -68,8 +68,8 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(tcp) => tcp.socket.write(bytes),
-            Stream::Unix(unix) => unix.socket.write(bytes),
+            Stream::Tcp(tcp) => tcp.write(bytes),
+            Stream::Unix(unix) => unix.write(bytes),
             Stream::Tls(tls) => tls.write(bytes),
         }
     }
@@ -113,15 +113,20 @@ impl Socket for UnixStream {
 /// only for what is left of it. (The first needs nothing: the standing timeout, which the
 /// deadline is armed with, bounds it. A reply that comes in one read, nearly all of them,
 /// costs no system call more.) Under TLS it sits below rustls, whose one read may be many.
+///
+/// The standing timeout reaches the socket just before the next read or write, and only when
+/// it differs from the socket's: a connection's timeout is set several times before its first
+/// request (connecting, logging in, the request's own bound), and a quorum round sets it again
+/// on every master; each setting cost two system calls.
 struct Timed<S> {
     socket: S,
-    /// The read timeout the socket has while no deadline is armed.
+    /// The read and write timeout the socket has while no deadline is armed.
     standing: Option<Duration>,
+    /// The timeout the socket has for both reads and writes, when known to be one.
+    applied: Option<Option<Duration>>,
     deadline: Option<Instant>,
     /// Reads since the deadline was armed.
     reads: u32,
-    /// The socket's read timeout is not `standing` (a deadline shortened it).
-    shortened: bool,
 }
 
 impl<S: Socket> Timed<S> {
@@ -129,17 +134,26 @@ impl<S: Socket> Timed<S> {
         Self {
             socket,
             standing: None,
+            applied: None,
             deadline: None,
             reads: 0,
-            shortened: false,
         }
     }
 
     fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.socket.set_read_timeout(timeout)?;
-        self.socket.set_write_timeout(timeout)?;
         self.standing = timeout;
-        self.shortened = false;
+        Ok(())
+    }
+
+    /// Gives the socket the standing timeout, if it has another.
+    fn apply(&mut self) -> io::Result<()> {
+        if self.applied != Some(self.standing) {
+            // Unknown until both are set.
+            self.applied = None;
+            self.socket.set_read_timeout(self.standing)?;
+            self.socket.set_write_timeout(self.standing)?;
+            self.applied = Some(self.standing);
+        }
         Ok(())
     }
 
@@ -149,25 +163,24 @@ impl<S: Socket> Timed<S> {
     }
 
     fn disarm(&mut self) -> io::Result<()> {
+        // A read timeout a deadline shortened is set back before the next read or write.
         self.deadline = None;
-        if self.shortened {
-            self.socket.set_read_timeout(self.standing)?;
-            self.shortened = false;
-        }
         Ok(())
     }
 }
 
 impl<S: Socket> Read for Timed<S> {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        self.apply()?;
         if let Some(deadline) = self.deadline {
             if self.reads > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(io::ErrorKind::TimedOut.into());
                 }
+                // The read timeout is not the standing one any more.
+                self.applied = None;
                 self.socket.set_read_timeout(Some(left))?;
-                self.shortened = true;
             }
             self.reads = self.reads.saturating_add(1);
         }
@@ -177,6 +190,7 @@ impl<S: Socket> Read for Timed<S> {
 
 impl<S: Socket> Write for Timed<S> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.apply()?;
         self.socket.write(bytes)
     }
 

@@ -1,6 +1,7 @@
 //! Quorum mode (docs/servers.md, "Several masters"): one lock held on a majority of N independent Redis
-//! masters, antirez's Redlock made explicit. Every request goes to all masters at once, one
-//! thread per master, each bounded by the per-master timeout; on each master the same
+//! masters, antirez's Redlock made explicit. Every request goes to all masters at once, a
+//! thread per master (kept from round to round: `helpers`), each bounded by the per-master
+//! timeout; on each master the same
 //! token-checked scripts as in single-master mode do the work, and this module counts the
 //! answers. A majority decides; the validity (the lease minus the time the round took minus
 //! the clock drift) bounds what a holder may believe; and a second round writes the fence back
@@ -8,6 +9,7 @@
 //! What the commands read (the view and verdict, listings, the merged history) and the forced
 //! release are in `reads`.
 
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,14 +18,18 @@ use crate::clock::drift;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail, failure_of};
 use crate::lock::{Acquisition, Ending, Holder, Lease, Lock, Queueing, Release, Request, Waiter};
+mod helpers;
 mod reads;
+
+use helpers::Helper;
 
 pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, refusal};
 
-/// One master, and the connection kept to it between requests.
+/// One master, the connection kept to it between requests, and the thread that asks it.
 struct Master {
     target: Target,
     session: Mutex<Option<Session>>,
+    helper: Helper,
 }
 
 impl Master {
@@ -75,7 +81,7 @@ impl<T> WithContextOf<T> for anyhow::Result<T> {
 
 /// N independent masters (N odd, at least 3).
 pub(crate) struct Quorum {
-    masters: Vec<Master>,
+    masters: Vec<Arc<Master>>,
     /// The longest one master's request may take (connecting counts apart).
     request_timeout: Duration,
 }
@@ -122,9 +128,12 @@ impl Quorum {
         Self {
             masters: targets
                 .into_iter()
-                .map(|target| Master {
-                    target,
-                    session: Mutex::new(None),
+                .map(|target| {
+                    Arc::new(Master {
+                        target,
+                        session: Mutex::new(None),
+                        helper: Helper::new(),
+                    })
                 })
                 .collect(),
             request_timeout,
@@ -155,48 +164,31 @@ impl Quorum {
 
     /// Runs `request` on every master at once, each within `limit`; the replies in the
     /// masters' order. Returns when the last master answered or timed out.
-    fn fan_out<T: Send>(
+    fn fan_out<T: Send + 'static>(
         &self,
         limit: Duration,
-        request: impl Fn(&mut Session) -> anyhow::Result<T> + Sync,
+        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
     ) -> Vec<anyhow::Result<T>> {
-        self.fan_out_where(limit, |_, session| request(session), |_| true)
+        self.fan_out_where(limit, move |_, session| request(session), |_| true)
             .into_iter()
-            .flatten()
+            .enumerate()
+            .map(|(index, reply)| reply.unwrap_or_else(|| self.no_answer(index)))
             .collect()
     }
 
     /// Runs `request` on every master at once, each within `limit` to connect and `limit` for
     /// the request, and returns once every master has answered or failed, or a majority has
     /// answered and the rest did not within [`STRAGGLER_GRACE`]. A master still in flight then
-    /// is counted as failed ("no answer yet"); its thread goes on without us and ends within
+    /// is counted as failed ("no answer yet"); its request goes on without us and ends within
     /// its own bounds (or with the process).
     fn fan_out_to_majority<T: Send + 'static>(
-        self: &Arc<Self>,
+        &self,
         limit: Duration,
         request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
     ) -> Vec<anyhow::Result<T>> {
-        let request = Arc::new(request);
-        let (sender, replies) = std::sync::mpsc::channel();
-        let mut results: Vec<Option<anyhow::Result<T>>> =
-            (0..self.masters.len()).map(|_| None).collect();
-        for (index, result) in results.iter_mut().enumerate() {
-            let (quorum, request, sender) =
-                (Arc::clone(self), Arc::clone(&request), sender.clone());
-            let spawned = std::thread::Builder::new()
-                .name("redis".into())
-                .spawn(move || {
-                    let result = quorum.masters[index].call(limit, |session| request(session));
-                    let _ = sender.send((index, result));
-                });
-            if let Err(err) = spawned {
-                *result = Some(Err(fail(
-                    Failure::System,
-                    format!("starting a thread for a master: {err}"),
-                )));
-            }
-        }
-        drop(sender);
+        // Every master on a helper, none on this thread: it waits for a majority only.
+        let (mut results, replies) =
+            self.send_out(limit, move |_, session| request(session), |_| true, None);
         let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
         let answered = |results: &[Option<anyhow::Result<T>>]| {
             results.iter().filter(|r| matches!(r, Some(Ok(_)))).count()
@@ -215,13 +207,54 @@ impl Quorum {
         results
             .into_iter()
             .enumerate()
-            .map(|(index, result)| {
-                result.unwrap_or_else(|| {
-                    Err(fail(Failure::Unavailable, "no answer yet"))
-                        .with_context_of(&self.masters[index].target)
-                })
-            })
+            .map(|(index, result)| result.unwrap_or_else(|| self.no_answer(index)))
             .collect()
+    }
+
+    /// The reply of a master that did not answer in time.
+    fn no_answer<T>(&self, index: usize) -> anyhow::Result<T> {
+        Err(fail(Failure::Unavailable, "no answer yet"))
+            .with_context_of(&self.masters[index].target)
+    }
+
+    /// Hands `request` to the helper of each master `chosen` but `here` (see `helpers`), each
+    /// within `limit`. Returns a slot per master, filled for those whose request could not be
+    /// sent out (no thread), and where the other replies come as `(index, reply)`.
+    #[allow(clippy::type_complexity)]
+    fn send_out<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
+        chosen: impl Fn(usize) -> bool,
+        here: Option<usize>,
+    ) -> (
+        Vec<Option<anyhow::Result<T>>>,
+        Receiver<(usize, anyhow::Result<T>)>,
+    ) {
+        let request = Arc::new(request);
+        let (sender, replies) = mpsc::channel();
+        let mut results: Vec<Option<anyhow::Result<T>>> =
+            (0..self.masters.len()).map(|_| None).collect();
+        for (index, master) in self.masters.iter().enumerate() {
+            if !chosen(index) || Some(index) == here {
+                continue;
+            }
+            let (asked, request, sender) =
+                (Arc::clone(master), Arc::clone(&request), sender.clone());
+            let sent = master.helper.run(
+                move || asked.call(limit, |session| request(index, session)),
+                move |reply| {
+                    let _ = sender.send((index, reply));
+                },
+            );
+            if let Err(err) = sent {
+                results[index] = Some(Err(fail(
+                    Failure::System,
+                    format!("starting a thread for a master: {err}"),
+                )));
+            }
+        }
+        (results, replies)
     }
 
     /// The error for a request fewer than a majority answered: every master that failed
@@ -268,8 +301,15 @@ impl Quorum {
     pub(crate) fn try_acquire(&self, lock: &Lock, request: &Request<'_>) -> Attempt {
         let sent = BootInstant::now();
         let limit = per_master_limit(self.request_timeout, request.ttl);
-        let replies = self.fan_out(limit, |session| {
-            lock.acquire(session, request, Queueing::No)
+        let (asked, token, who) = (lock.clone(), request.token.clone(), request.who.clone());
+        let owned = *request;
+        let replies = self.fan_out(limit, move |session| {
+            let request = Request {
+                token: &token,
+                who: &who,
+                ..owned
+            };
+            asked.acquire(session, &request, Queueing::No)
         });
         let round = Round::of(&replies);
         if let Some(acquired) = self.confirm(lock, request, &round.granted, sent, limit) {
@@ -304,8 +344,9 @@ impl Quorum {
             // nothing (the usual case: every acquisition leaves the masters it held in step).
             granted.len()
         } else {
-            self.fan_out(limit.min(valid()), |session| {
-                lock.raise_fence(session, request.token, fence)
+            let (lock, token) = (lock.clone(), request.token.clone());
+            self.fan_out(limit.min(valid()), move |session| {
+                lock.raise_fence(session, &token, fence)
             })
             .iter()
             .filter(|reply| matches!(reply, Ok(true)))
@@ -345,16 +386,18 @@ impl Quorum {
                 Ok(Acquisition::Gone | Acquisition::Cancelled) | Err(_) => Some(false),
             })
             .collect();
+        let chosen: Vec<bool> = give_back.iter().map(Option::is_some).collect();
+        let lock = lock.clone();
         let _ = self.fan_out_where(
             limit,
-            |index, session| match give_back[index] {
+            move |index, session| match give_back[index] {
                 None => Ok(()),
                 Some(true) => lock
-                    .release(session, request.token, Duration::ZERO, &Ending::default())
+                    .release(session, &waiter.token, Duration::ZERO, &Ending::default())
                     .map(drop),
                 Some(false) => lock.leave(session, &waiter, true),
             },
-            |index| give_back[index].is_some(),
+            |index| chosen[index],
         );
     }
 
@@ -395,47 +438,42 @@ impl Quorum {
     }
 
     /// Like `fan_out`, on the masters `chosen` by index only; `request` is told the index.
-    fn fan_out_where<T: Send>(
+    /// Returns when every chosen master answered or failed (each within its own bounds); the
+    /// others' slots are `None`.
+    fn fan_out_where<T: Send + 'static>(
         &self,
         limit: Duration,
-        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Sync,
+        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
         chosen: impl Fn(usize) -> bool,
     ) -> Vec<Option<anyhow::Result<T>>> {
-        let request = &request;
-        let call =
-            |index: usize, master: &Master| master.call(limit, |session| request(index, session));
-        std::thread::scope(|scope| {
-            // The first chosen master is served by this thread: one thread fewer to start.
-            let first = (0..self.masters.len()).find(|&index| chosen(index));
-            let running: Vec<_> = self
-                .masters
-                .iter()
-                .enumerate()
-                .map(|(index, master)| {
-                    (chosen(index) && Some(index) != first)
-                        .then(|| scope.spawn(move || call(index, master)))
-                })
-                .collect();
-            let mut here = first.map(|index| call(index, &self.masters[index]));
-            running
-                .into_iter()
-                .enumerate()
-                .map(|(index, thread)| match thread {
-                    Some(thread) => Some(
-                        thread
-                            .join()
-                            .unwrap_or_else(|_| Err(anyhow::anyhow!("a request panicked"))),
-                    ),
-                    None if Some(index) == first => here.take(),
-                    None => None,
-                })
-                .collect()
-        })
+        // The first chosen master is served by this thread: one hand-off fewer.
+        let first = (0..self.masters.len()).find(|&index| chosen(index));
+        let request = Arc::new(request);
+        let shared = Arc::clone(&request);
+        let (mut results, replies) = self.send_out(
+            limit,
+            move |index, session| shared(index, session),
+            &chosen,
+            first,
+        );
+        if let Some(index) = first {
+            results[index] =
+                Some(self.masters[index].call(limit, |session| request(index, session)));
+        }
+        while (0..self.masters.len()).any(|index| chosen(index) && results[index].is_none()) {
+            match replies.recv() {
+                Ok((index, reply)) => results[index] = Some(reply),
+                // Every helper delivered or dropped its request (cannot happen: each delivers).
+                Err(_) => break,
+            }
+        }
+        results
     }
 
     /// Gives `waiter`'s token up on every master, within `limit` each (see `Lock::leave`).
     pub(crate) fn leave(&self, lock: &Lock, waiter: &Waiter, limit: Duration) {
-        let _ = self.fan_out(limit, |session| lock.leave(session, waiter, true));
+        let (lock, waiter) = (lock.clone(), waiter.clone());
+        let _ = self.fan_out(limit, move |session| lock.leave(session, &waiter, true));
     }
 
     /// Resets the lease of `token` to `ttl` on every master, within `limit` each. `Ok(true)`:
@@ -448,7 +486,10 @@ impl Quorum {
         ttl: Duration,
         limit: Duration,
     ) -> anyhow::Result<bool> {
-        let replies = self.fan_out(limit, |session| lock.extend(session, token, ttl, None));
+        let (lock, token) = (lock.clone(), token.clone());
+        let replies = self.fan_out(limit, move |session| {
+            lock.extend(session, &token, ttl, None)
+        });
         let confirmed = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         let unknown = replies.iter().filter(|r| r.is_err()).count();
         if confirmed >= self.majority() {

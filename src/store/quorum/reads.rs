@@ -18,8 +18,9 @@ impl Quorum {
         lock: &Lock,
         why: &str,
     ) -> anyhow::Result<(u64, Vec<Holder>, Vec<Unreadable>, String)> {
-        let replies = self.fan_out(self.request_timeout, |session| {
-            lock.force_release(session, why)
+        let (lock, why) = (lock.clone(), why.to_owned());
+        let replies = self.fan_out(self.request_timeout, move |session| {
+            lock.force_release(session, &why)
         });
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if answered < self.majority() {
@@ -48,7 +49,8 @@ impl Quorum {
     /// Each master's view of the lock and the majority's verdict; an error when fewer than a
     /// majority answered and no verdict can be had.
     pub(crate) fn view(&self, lock: &Lock) -> anyhow::Result<QuorumView> {
-        let views = self.fan_out(self.request_timeout, |session| lock.inspect(session));
+        let lock = lock.clone();
+        let views = self.fan_out(self.request_timeout, move |session| lock.inspect(session));
         let majority = self.majority();
         let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
         let free = states
@@ -112,7 +114,8 @@ impl Quorum {
         lock: &Lock,
         log: Log,
     ) -> anyhow::Result<(u64, Vec<HistoryEntry>, Vec<Unreadable>)> {
-        let replies = self.fan_out(self.request_timeout, |session| lock.history(session));
+        let lock = lock.clone();
+        let replies = self.fan_out(self.request_timeout, move |session| lock.history(session));
         let answered = replies.iter().filter(|reply| reply.is_ok()).count();
         if answered < self.majority() {
             return Err(self.too_few(answered, &replies));
