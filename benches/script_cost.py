@@ -57,6 +57,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The private server's environment, the RESP encoder and reader: queue_scale.py's.
+from queue_scale import Reader, encode, free_port, private_env  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASED = os.path.join(ROOT, "target", "x86_64-unknown-linux-musl", "release", "redlock")
 PREFIX = "redlock:"
@@ -77,80 +81,6 @@ CLIENT_PREFIXES = ("client|", "script|", "command")
 # an entry, as on any lock that has run for a while.
 WARM_UP_RUNS = 110
 SEMAPHORE = 1000
-
-
-def private_env(port):
-    """The environment for redlock against the private server only: nothing may fall back to a
-    Redis named elsewhere."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("REDLOCK_") and key != "REDIS_URL"}
-    env["REDLOCK_URL"] = f"redis://127.0.0.1:{port}"
-    return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-class Reader:
-    """Incremental RESP2 parser."""
-
-    def __init__(self):
-        self.buffer = b""
-
-    def feed(self, data):
-        self.buffer += data
-
-    def parse(self):
-        """One reply, or raises IndexError when incomplete."""
-        reply, at = self._parse(0)
-        self.buffer = self.buffer[at:]
-        return reply
-
-    def _line(self, at):
-        end = self.buffer.find(b"\r\n", at)
-        if end < 0:
-            raise IndexError
-        return self.buffer[at:end], end + 2
-
-    def _parse(self, at):
-        if at >= len(self.buffer):
-            raise IndexError
-        kind = self.buffer[at:at + 1]
-        line, at = self._line(at + 1)
-        if kind == b"+":
-            return line.decode(), at
-        if kind == b"-":
-            return RuntimeError(line.decode()), at
-        if kind == b":":
-            return int(line), at
-        if kind == b"$":
-            size = int(line)
-            if size < 0:
-                return None, at
-            if len(self.buffer) < at + size + 2:
-                raise IndexError
-            return self.buffer[at:at + size].decode(errors="replace"), at + size + 2
-        if kind == b"*":
-            size = int(line)
-            if size < 0:
-                return None, at
-            items = []
-            for _ in range(size):
-                item, at = self._parse(at)
-                items.append(item)
-            return items, at
-        raise ValueError(f"bad reply {kind!r}")
 
 
 def command_name(args):

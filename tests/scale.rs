@@ -31,7 +31,8 @@ pub(crate) fn assert_every_key_expires(server: &RedisServer, after: &str) {
     }
 }
 
-fn session(server: &RedisServer) -> Session {
+/// A library session with the server (5 s to connect, 5 s per command).
+pub(crate) fn session(server: &RedisServer) -> Session {
     let access = Access {
         connect_timeout: Duration::from_secs(5),
         command_timeout: Duration::from_secs(5),

@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redlock::conn::{Access, Target};
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{Lock, Refreshed, Token, Waiter};
 
@@ -195,14 +194,7 @@ fn queue_paths(server: &RedisServer, meter: &mut Meter, table: &mut Table) {
         &Prefix::new("redlock:").unwrap(),
         LockName::new(key).unwrap(),
     );
-    let access = Access {
-        connect_timeout: Duration::from_secs(5),
-        command_timeout: Duration::from_secs(5),
-        ..Access::default()
-    };
-    let mut session = Target::new(&server.url(), access)
-        .and_then(|target| target.connect())
-        .expect("connect");
+    let mut session = crate::scale::session(server);
     let place = Waiter {
         id: id.clone(),
         token: Token::generate(),

@@ -323,7 +323,6 @@ fn a_paused_wrapper_stops_its_command_when_it_resumes() {
 /// guesses in the smoke tier, 100,000 in the full suite).
 #[test]
 fn tokens_are_unique_and_guesses_release_nothing() {
-    use redlock::conn::{Access, Target};
     use redlock::keys::{LockName, Prefix};
     use redlock::lock::{Ending, Lock, Release, Token};
 
@@ -341,14 +340,7 @@ fn tokens_are_unique_and_guesses_release_nothing() {
         .redlock(&["acquire", "--key", "job", "--ttl", "600s"])
         .run();
     holder.code(0);
-    let access = Access {
-        connect_timeout: Duration::from_secs(5),
-        command_timeout: Duration::from_secs(5),
-        ..Access::default()
-    };
-    let mut session = Target::new(&server.url(), access)
-        .and_then(|target| target.connect())
-        .expect("connect");
+    let mut session = crate::scale::session(&server);
     let lock = Lock::new(
         &Prefix::new("redlock:").unwrap(),
         LockName::new("job").unwrap(),
