@@ -1,83 +1,29 @@
-//! Quorum mode (docs/servers.md, "Several masters"): one lock held on a majority of N independent Redis
-//! masters, antirez's Redlock made explicit. Every request goes to all masters at once, a
-//! thread per master (kept from round to round: `helpers`), each bounded by the per-master
-//! timeout; on each master the same
-//! token-checked scripts as in single-master mode do the work, and this module counts the
-//! answers. A majority decides; the validity (the lease minus the time the round took minus
-//! the clock drift) bounds what a holder may believe; and a second round writes the fence back
-//! to a majority, so that fences only grow (`lua/raise.lua`, docs/safety.md "Fences over a quorum").
-//! What the commands read (the view and verdict, listings, the merged history) and the forced
-//! release are in `reads`.
+//! Quorum mode (docs/servers.md, "Several masters"): one lock held on a majority of N
+//! independent Redis masters, antirez's Redlock made explicit. Every request goes to all
+//! masters at once, a thread per master kept from round to round (`helpers`; the rounds are in
+//! `fan_out`), each bounded by the per-master timeout; on each master the same token-checked
+//! scripts as in single-master mode do the work, and this module counts the answers. A
+//! majority decides; the validity (the lease minus the time the round took minus the clock
+//! drift) bounds what a holder may believe; and a second round writes the fence back to a
+//! majority, so that fences only grow (`lua/raise.lua`, docs/safety.md "Fences over a
+//! quorum"). What the commands read (the view and verdict, listings, the merged history) and
+//! the forced release are in `reads`.
 
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::BootInstant;
 use crate::clock::drift;
-use crate::conn::{Session, Target};
+use crate::conn::Target;
 use crate::exit::{Failure, fail, failure_of};
 use crate::lock::{Acquisition, Ending, Holder, Lease, Lock, Queueing, Release, Request, Waiter};
+mod fan_out;
 mod helpers;
 mod reads;
 
-use helpers::Helper;
+use fan_out::{Master, WithContextOf};
 
 pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, refusal};
-
-/// One master, the connection kept to it between requests, and the thread that asks it.
-struct Master {
-    target: Target,
-    session: Mutex<Option<Session>>,
-    helper: Helper,
-}
-
-impl Master {
-    /// Runs `request` over the kept connection, or a new one, within `limit` for connecting
-    /// and `limit` for the request. A connection that failed is dropped.
-    fn call<T>(
-        &self,
-        limit: Duration,
-        request: impl FnOnce(&mut Session) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        let kept = self
-            .session
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let mut session = match kept {
-            Some(session) => session,
-            None => self.target.connect_within(limit)?,
-        };
-        session.set_command_timeout(limit)?;
-        let result = request(&mut session);
-        if result.is_ok() && self.target.reuses_connections() {
-            *self
-                .session
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(session);
-        }
-        result.with_context_of(&self.target)
-    }
-}
-
-/// Names the master in an error that does not name it yet.
-trait WithContextOf<T> {
-    fn with_context_of(self, target: &Target) -> anyhow::Result<T>;
-}
-
-impl<T> WithContextOf<T> for anyhow::Result<T> {
-    fn with_context_of(self, target: &Target) -> anyhow::Result<T> {
-        self.map_err(|err| {
-            let shown = target.redacted().to_owned();
-            if format!("{err:#}").contains(&shown) {
-                err
-            } else {
-                err.context(shown)
-            }
-        })
-    }
-}
 
 /// N independent masters (N odd, at least 3).
 pub(crate) struct Quorum {
@@ -128,13 +74,7 @@ impl Quorum {
         Self {
             masters: targets
                 .into_iter()
-                .map(|target| {
-                    Arc::new(Master {
-                        target,
-                        session: Mutex::new(None),
-                        helper: Helper::new(),
-                    })
-                })
+                .map(|target| Arc::new(Master::new(target)))
                 .collect(),
             request_timeout,
         }
@@ -160,101 +100,6 @@ impl Quorum {
     /// The targets, for what talks to one master at a time (listening for releases).
     pub(crate) fn targets(&self) -> impl Iterator<Item = &Target> {
         self.masters.iter().map(|master| &master.target)
-    }
-
-    /// Runs `request` on every master at once, each within `limit`; the replies in the
-    /// masters' order. Returns when the last master answered or timed out.
-    fn fan_out<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
-    ) -> Vec<anyhow::Result<T>> {
-        self.fan_out_where(limit, move |_, session| request(session), |_| true)
-            .into_iter()
-            .enumerate()
-            .map(|(index, reply)| reply.unwrap_or_else(|| self.no_answer(index)))
-            .collect()
-    }
-
-    /// Runs `request` on every master at once, each within `limit` to connect and `limit` for
-    /// the request, and returns once every master has answered or failed, or a majority has
-    /// answered and the rest did not within [`STRAGGLER_GRACE`]. A master still in flight then
-    /// is counted as failed ("no answer yet"); its request goes on without us and ends within
-    /// its own bounds (or with the process).
-    fn fan_out_to_majority<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
-    ) -> Vec<anyhow::Result<T>> {
-        // Every master on a helper, none on this thread: it waits for a majority only.
-        let (mut results, replies) =
-            self.send_out(limit, move |_, session| request(session), |_| true, None);
-        let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
-        let answered = |results: &[Option<anyhow::Result<T>>]| {
-            results.iter().filter(|r| matches!(r, Some(Ok(_)))).count()
-        };
-        while results.iter().any(Option::is_none) {
-            if answered(&results) >= self.majority() {
-                // The rest get a moment (a healthy master answers in it, and its part of the
-                // lock goes too), not the whole limit.
-                deadline = deadline.min(BootInstant::now() + STRAGGLER_GRACE);
-            }
-            match replies.recv_timeout(deadline.remaining()) {
-                Ok((index, result)) => results[index] = Some(result),
-                Err(_) => break,
-            }
-        }
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(index, result)| result.unwrap_or_else(|| self.no_answer(index)))
-            .collect()
-    }
-
-    /// The reply of a master that did not answer in time.
-    fn no_answer<T>(&self, index: usize) -> anyhow::Result<T> {
-        Err(fail(Failure::Unavailable, "no answer yet"))
-            .with_context_of(&self.masters[index].target)
-    }
-
-    /// Hands `request` to the helper of each master `chosen` but `here` (see `helpers`), each
-    /// within `limit`. Returns a slot per master, filled for those whose request could not be
-    /// sent out (no thread), and where the other replies come as `(index, reply)`.
-    #[allow(clippy::type_complexity)]
-    fn send_out<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
-        chosen: impl Fn(usize) -> bool,
-        here: Option<usize>,
-    ) -> (
-        Vec<Option<anyhow::Result<T>>>,
-        Receiver<(usize, anyhow::Result<T>)>,
-    ) {
-        let request = Arc::new(request);
-        let (sender, replies) = mpsc::channel();
-        let mut results: Vec<Option<anyhow::Result<T>>> =
-            (0..self.masters.len()).map(|_| None).collect();
-        for (index, master) in self.masters.iter().enumerate() {
-            if !chosen(index) || Some(index) == here {
-                continue;
-            }
-            let (asked, request, sender) =
-                (Arc::clone(master), Arc::clone(&request), sender.clone());
-            let sent = master.helper.run(
-                move || asked.call(limit, |session| request(index, session)),
-                move |reply| {
-                    let _ = sender.send((index, reply));
-                },
-            );
-            if let Err(err) = sent {
-                results[index] = Some(Err(fail(
-                    Failure::System,
-                    format!("starting a thread for a master: {err}"),
-                )));
-            }
-        }
-        (results, replies)
     }
 
     /// The error for a request fewer than a majority answered: every master that failed
@@ -435,39 +280,6 @@ impl Quorum {
             .find(|(holder, ..)| holder.is_some())
             .map_or((None, 0), |(holder, now, _)| (holder, now));
         Attempt::Busy { holder, now, hint }
-    }
-
-    /// Like `fan_out`, on the masters `chosen` by index only; `request` is told the index.
-    /// Returns when every chosen master answered or failed (each within its own bounds); the
-    /// others' slots are `None`.
-    fn fan_out_where<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
-        chosen: impl Fn(usize) -> bool,
-    ) -> Vec<Option<anyhow::Result<T>>> {
-        // The first chosen master is served by this thread: one hand-off fewer.
-        let first = (0..self.masters.len()).find(|&index| chosen(index));
-        let request = Arc::new(request);
-        let shared = Arc::clone(&request);
-        let (mut results, replies) = self.send_out(
-            limit,
-            move |index, session| shared(index, session),
-            &chosen,
-            first,
-        );
-        if let Some(index) = first {
-            results[index] =
-                Some(self.masters[index].call(limit, |session| request(index, session)));
-        }
-        while (0..self.masters.len()).any(|index| chosen(index) && results[index].is_none()) {
-            match replies.recv() {
-                Ok((index, reply)) => results[index] = Some(reply),
-                // Every helper delivered or dropped its request (cannot happen: each delivers).
-                Err(_) => break,
-            }
-        }
-        results
     }
 
     /// Gives `waiter`'s token up on every master, within `limit` each (see `Lock::leave`).
