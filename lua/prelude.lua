@@ -252,10 +252,11 @@ end
 local function check_writes(lock, does)
   if not redis.acl_check_cmd then return nil end
   local key, all = lock.key, does.all
-  return ((all or does.put) and (denied('HSET', key.holders, 'f', 'v') or denied('ZADD', key.leases, '1', 'm')
-      or denied('PEXPIREAT', key.holders, '1') or denied('PEXPIREAT', key.leases, '1')))
-    or ((all or does.remove) and (denied('HDEL', key.holders, 'f') or denied('ZREM', key.leases, 'm')
-      or denied('PEXPIREAT', key.holders, '1') or denied('PEXPIREAT', key.leases, '1')))
+  return ((all or does.put) and (denied('HSET', key.holders, 'f', 'v') or denied('ZADD', key.leases, '1', 'm')))
+    or ((all or does.remove) and (denied('HDEL', key.holders, 'f') or denied('ZREM', key.leases, 'm')))
+    -- (Holders that remain after a put or a removal get the latest lease's expiry: settle.)
+    or ((all or does.put or does.remove) and (denied('PEXPIREAT', key.holders, '1')
+      or denied('PEXPIREAT', key.leases, '1')))
     or ((all or does.drop) and denied('DEL', key.holders, key.leases))
     or ((all or does.fence) and (denied('INCR', key.fence) or denied('SET', key.fence, '1')))
     or ((all or does.history) and (denied('ZADD', key.history, '1', 'm') or denied('ZREM', key.history, 'm')
