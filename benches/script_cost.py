@@ -49,7 +49,6 @@ import random
 import selectors
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,8 +57,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The private server's environment, the RESP encoder and reader: queue_scale.py's.
-from queue_scale import Reader, encode, free_port, private_env  # noqa: E402
+# The private server's environment, the RESP client and encoder: queue_scale.py's.
+import queue_scale  # noqa: E402
+from queue_scale import encode, free_port, private_env  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASED = os.path.join(ROOT, "target", "x86_64-unknown-linux-musl", "release", "redlock")
@@ -91,58 +91,32 @@ def command_name(args):
     return name
 
 
-class Client:
-    """A blocking Redis connection. The benchmark's own connections (`own`) count what they
-    send, to be subtracted from the server's figures; the seed's connections are measured."""
+class Client(queue_scale.Client):
+    """A blocking Redis connection (queue_scale.py's). The benchmark's own connections (`own`)
+    count what they send, to be subtracted from the server's figures; the seed's connections
+    are measured."""
 
     own_sent = {}
 
     def __init__(self, port, own=True, timeout=30):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = Reader()
+        super().__init__(port, timeout)
         self.own = own
 
     def call(self, *args):
         if self.own:
             name = command_name(args)
             Client.own_sent[name] = Client.own_sent.get(name, 0) + 1
-        self.sock.sendall(encode(*args))
-        while True:
-            try:
-                reply = self.reader.parse()
-            except IndexError:
-                data = self.sock.recv(1 << 20)
-                if not data:
-                    raise ConnectionError("closed")
-                self.reader.feed(data)
-                continue
-            if isinstance(reply, RuntimeError):
-                raise reply
-            return reply
-
-    def close(self):
-        self.sock.close()
+        return super().call(*args)
 
 
-class Redis:
+class Redis(queue_scale.Redis):
+    """queue_scale.py's private redis-server, asked over a connection that counts what it
+    sends (see snapshot)."""
+
     def __init__(self, directory):
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", directory,
-             "--logfile", os.path.join(directory, "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client = Client(self.port)
-                self.client.call("PING")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    sys.exit("redis-server did not start")
-                time.sleep(0.02)
+        super().__init__(directory)
+        self.client.close()
+        self.client = Client(self.port)
 
     def snapshot(self):
         """Commandstats, with what the benchmark had sent before asking for them: the INFO
@@ -160,10 +134,6 @@ class Redis:
             stats[name.removeprefix("cmdstat_")] = (int(fields["calls"]), int(fields["usec"]),
                                                     failed)
         return stats, sent
-
-    def stop(self):
-        self.process.kill()
-        self.process.wait()
 
 
 def is_client_command(name):

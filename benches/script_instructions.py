@@ -21,52 +21,24 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from queue_scale import Client, free_port  # noqa: E402
 from script_cost import RELEASED, SEED_ACQUIRE, SEED_RELEASE, SEED_TTL_MS  # noqa: E402
 
 WARM_UP = 110
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def command(sock, *args):
-    """Sends one command and returns its reply's first line (enough for SCRIPT LOAD, EVALSHA)."""
-    out = b"*%d\r\n" % len(args)
-    for arg in args:
-        arg = arg if isinstance(arg, bytes) else str(arg).encode()
-        out += b"$%d\r\n%s\r\n" % (len(arg), arg)
-    sock.sendall(out)
-    reply = b""
-    while not reply.endswith(b"\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
-        reply += chunk
-    if reply.startswith(b"$"):
-        length = int(reply.split(b"\r\n", 1)[0][1:])
-        while reply.count(b"\r\n") < 2 and length >= 0:
-            reply += sock.recv(65536)
-        return reply.split(b"\r\n")[1].decode()
-    if reply.startswith(b"-"):
-        raise RuntimeError(reply.decode().strip())
-    return reply.decode().strip()
-
-
 def connect(port, deadline=60.0):
+    """A connection to the server at `port`, once it listens (under valgrind it starts slowly)."""
     started = time.monotonic()
     while True:
         try:
-            return socket.create_connection(("127.0.0.1", port))
+            return Client(port)
         except OSError:
             if time.monotonic() - started > deadline:
                 raise
@@ -85,7 +57,7 @@ def server_instructions(server, cycle, cycles, workdir):
         for _ in range(WARM_UP + cycles):
             cycle(port)
         try:
-            command(control, "SHUTDOWN", "NOSAVE")
+            control.call("SHUTDOWN", "NOSAVE")
         except (ConnectionError, RuntimeError, OSError):
             pass
         process.wait(timeout=120)
@@ -116,13 +88,16 @@ def seed_cycle():
     shas = {}
 
     def cycle(port):
-        with socket.create_connection(("127.0.0.1", port)) as sock:
+        client = Client(port)
+        try:
             if port not in shas:
-                shas[port] = (command(sock, "SCRIPT", "LOAD", SEED_ACQUIRE),
-                              command(sock, "SCRIPT", "LOAD", SEED_RELEASE))
+                shas[port] = (client.call("SCRIPT", "LOAD", SEED_ACQUIRE),
+                              client.call("SCRIPT", "LOAD", SEED_RELEASE))
             acquire, release = shas[port]
-            command(sock, "EVALSHA", acquire, 1, "seedlock", "token", SEED_TTL_MS)
-            command(sock, "EVALSHA", release, 1, "seedlock", "token")
+            client.call("EVALSHA", acquire, 1, "seedlock", "token", SEED_TTL_MS)
+            client.call("EVALSHA", release, 1, "seedlock", "token")
+        finally:
+            client.close()
     return cycle
 
 
