@@ -141,6 +141,19 @@ fn every_command_works_on_a_cluster() {
     assert_eq!(listed, names, "list missed locks on other masters");
 }
 
+/// Takes lock `k` and gives it back: its fence counter and history stay on the slot's owner,
+/// its holders do not.
+fn take_and_give_back_k(cluster: &Cluster) {
+    let out = redlock(cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
+    out.code(0);
+    redlock(
+        cluster,
+        &["release", "--key", "k", "--token", out.stdout.trim()],
+    )
+    .run()
+    .code(0);
+}
+
 /// A slot stuck half-migrated (MIGRATING, with some of
 /// the lock's keys there and others not) answers every script with TRYAGAIN. A request tries
 /// again after 50 ms, doubling up to 800 ms, for 4 s of pauses in all, then fails (69): about
@@ -148,15 +161,7 @@ fn every_command_works_on_a_cluster() {
 #[test]
 fn a_slot_that_answers_tryagain_is_retried_gently() {
     let cluster = Cluster::start(0);
-    // The fence counter and the history stay after a release; the holders do not.
-    let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
-    out.code(0);
-    redlock(
-        &cluster,
-        &["release", "--key", "k", "--token", out.stdout.trim()],
-    )
-    .run()
-    .code(0);
+    take_and_give_back_k(&cluster);
     let (owner, _) = set_slot_of_k(&cluster, "MIGRATING");
     let errors = owner.stat("total_error_replies");
     let connections = owner.stat("total_connections_received");
@@ -215,14 +220,7 @@ fn masters_that_send_a_request_back_and_forth_are_followed_gently() {
 #[test]
 fn a_request_waits_out_a_slot_that_answers_tryagain() {
     let cluster = Cluster::start(0);
-    let out = redlock(&cluster, &["acquire", "--key", "k", "--ttl", "5s"]).run();
-    out.code(0);
-    redlock(
-        &cluster,
-        &["release", "--key", "k", "--token", out.stdout.trim()],
-    )
-    .run()
-    .code(0);
+    take_and_give_back_k(&cluster);
     let (owner, _) = set_slot_of_k(&cluster, "MIGRATING");
     let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
     let errors = owner.stat("total_error_replies");

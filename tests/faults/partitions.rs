@@ -83,6 +83,22 @@ fn watch(redlock: Redlock, limit: Duration) -> Watched {
     }
 }
 
+/// A `run --key job --ttl 3s` holder on `host` against `url`, its command holding for `hold`,
+/// watched for 20 s; returns once its command has started.
+fn started_holder(host: &Host, url: &str, probe: &Probe, hold: Duration) -> Watched {
+    let holder = watch(
+        probe_run(
+            host.redlock(&["run", "--key", "job", "--ttl", "3s"])
+                .env("REDLOCK_URL", url),
+            probe,
+            hold,
+        ),
+        Duration::from_secs(20),
+    );
+    assert!(probe.wait_started(1, Duration::from_secs(10)));
+    holder
+}
+
 impl Watched {
     fn finished(&self) -> bool {
         self.thread.is_finished()
@@ -205,17 +221,7 @@ fn unreachable_round(
     let url = proxy
         .as_ref()
         .map_or_else(|| server.url(), |proxy| proxy.url());
-    let holder = watch(
-        probe_run(
-            cut_off
-                .redlock(&["run", "--key", "job", "--ttl", "3s"])
-                .env("REDLOCK_URL", &url),
-            &probe,
-            Duration::from_secs(30),
-        ),
-        Duration::from_secs(20),
-    );
-    assert!(probe.wait_started(1, Duration::from_secs(10)));
+    let holder = started_holder(&cut_off, &url, &probe, Duration::from_secs(30));
     let token = server.holders("job").pop().expect("the holder's token");
     let wait = Duration::from_secs(4);
     let waiter = watch(
@@ -756,17 +762,7 @@ fn a_quorum_client_cut_off_from_a_majority_stops_in_time_and_leaves_nothing() {
     for _ in 0..rounds {
         // Cut off from a majority mid-run.
         let probe = Probe::new();
-        let holder = watch(
-            probe_run(
-                client
-                    .redlock(&["run", "--key", "job", "--ttl", "3s"])
-                    .env("REDLOCK_URL", &urls),
-                &probe,
-                Duration::from_secs(30),
-            ),
-            Duration::from_secs(20),
-        );
-        assert!(probe.wait_started(1, Duration::from_secs(10)));
+        let holder = started_holder(&client, &urls, &probe, Duration::from_secs(30));
         let token = masters[0].holders("job").pop().expect("the holder's token");
         let other = watch(
             probe_run(
@@ -866,17 +862,7 @@ fn a_quorum_client_cut_off_from_a_majority_stops_in_time_and_leaves_nothing() {
         if harness::full() {
             // Cut off from 1 master of 3 mid-run: the majority keeps the lock.
             let probe = Probe::new();
-            let holder = watch(
-                probe_run(
-                    client
-                        .redlock(&["run", "--key", "job", "--ttl", "3s"])
-                        .env("REDLOCK_URL", &urls),
-                    &probe,
-                    Duration::from_secs(5),
-                ),
-                Duration::from_secs(20),
-            );
-            assert!(probe.wait_started(1, Duration::from_secs(10)));
+            let holder = started_holder(&client, &urls, &probe, Duration::from_secs(5));
             client.drop_between(&[&hosts[2]]);
             tally.faults += 1;
             let holder = holder.join();
