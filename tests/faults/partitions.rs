@@ -221,7 +221,7 @@ fn unreachable_round(
     let url = proxy
         .as_ref()
         .map_or_else(|| server.url(), |proxy| proxy.url());
-    let holder = started_holder(&cut_off, &url, &probe, Duration::from_secs(30));
+    let holder = started_holder(cut_off, &url, &probe, Duration::from_secs(30));
     let token = server.holders("job").pop().expect("the holder's token");
     let wait = Duration::from_secs(4);
     let waiter = watch(
