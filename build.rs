@@ -1,9 +1,14 @@
 //! Build script: tells `redlock --version` the git commit it was built from and the target it
-//! was built for (musl or glibc). Std only, and it never fails: outside a git checkout of this
-//! repository (a source tarball, a crate from a registry) the commit is "unknown commit".
+//! was built for (musl or glibc), and names each Lua script by its SHA-1 (`src/scripts.rs`).
+//! Std only. The version part never fails: outside a git checkout of this repository (a
+//! source tarball, a crate from a registry) the commit is "unknown commit".
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "src/sha1.rs"]
+mod sha1;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
@@ -12,6 +17,35 @@ fn main() {
     println!("cargo:rustc-env=REDLOCK_COMMIT={commit}");
     println!("cargo:rustc-env=REDLOCK_TARGET={target}");
     println!("cargo:rerun-if-changed=build.rs");
+    script_shas(&manifest_dir);
+}
+
+/// Writes `$OUT_DIR/script_shas.rs`: a macro `script_sha!("<file>.lua")` giving the SHA-1 that
+/// Redis names the script by (the prelude, then the file: the text `src/scripts.rs` sends).
+fn script_shas(manifest_dir: &Path) {
+    let lua = manifest_dir.join("lua");
+    println!("cargo:rerun-if-changed={}", lua.display());
+    let read = |name: &str| {
+        std::fs::read(lua.join(name)).unwrap_or_else(|err| panic!("lua/{name}: {err}"))
+    };
+    let prelude = read("prelude.lua");
+    let mut names: Vec<String> = std::fs::read_dir(&lua)
+        .unwrap_or_else(|err| panic!("lua/: {err}"))
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".lua") && name != "prelude.lua")
+        .collect();
+    names.sort();
+    let mut arms = String::new();
+    for name in names {
+        let mut body = prelude.clone();
+        body.extend(read(&name));
+        let sha = sha1::sha1_hex(&body);
+        let sha = std::str::from_utf8(&sha).expect("hex digits are ASCII");
+        writeln!(arms, "    ({name:?}) => {{ {sha:?} }};").expect("a String takes any text");
+    }
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let text = format!("macro_rules! script_sha {{\n{arms}}}\n");
+    std::fs::write(out.join("script_shas.rs"), text).expect("OUT_DIR is writable");
 }
 
 /// `git` run in `dir`: its trimmed output, or None if it is missing or fails.
