@@ -92,7 +92,8 @@ fn version_names_the_commit_and_the_target() {
 
 /// build.rs, compiled alone and run as Cargo runs it: the commit of a checkout whose top is
 /// the package; "unknown commit" for a package inside another checkout (a source tarball
-/// unpacked in some repository) and where git is missing; never a failure.
+/// unpacked in some repository) and where git is missing; never a failure. (It also names the
+/// package's Lua scripts by their SHA-1, which the library's unit tests check.)
 #[test]
 fn build_script_names_the_commit_or_says_it_is_unknown() {
     let dir = TempDir::new("build-script");
@@ -105,6 +106,16 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
     );
     let checkout = dir.path().join("checkout");
     std::fs::create_dir_all(checkout.join("unpacked")).unwrap();
+    // Each package has its scripts.
+    for package in [checkout.clone(), checkout.join("unpacked")] {
+        std::fs::create_dir_all(package.join("lua")).unwrap();
+        for file in std::fs::read_dir(Path::new(ROOT).join("lua")).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), package.join("lua").join(file.file_name())).unwrap();
+        }
+    }
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
     for args in [
         &["init", "-q"][..],
         &[
@@ -133,13 +144,24 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
                 .env_clear()
                 .env("PATH", path)
                 .env("CARGO_MANIFEST_DIR", manifest_dir)
+                .env("OUT_DIR", &out_dir)
                 .env("TARGET", "x86_64-unknown-linux-musl"),
         );
         assert!(out.contains("cargo:rustc-env=REDLOCK_TARGET=x86_64-unknown-linux-musl\n"));
+        let scripts = manifest_dir.join("lua");
+        assert!(
+            out.contains(&format!("cargo:rerun-if-changed={}\n", scripts.display())),
+            "{out}"
+        );
+        let shas = std::fs::read_to_string(out_dir.join("script_shas.rs")).unwrap();
+        assert!(
+            shas.contains("(\"acquire.lua\") => {") && !shas.contains("prelude.lua"),
+            "{shas}"
+        );
         let watched: Vec<PathBuf> = out
             .lines()
             .filter_map(|line| line.strip_prefix("cargo:rerun-if-changed="))
-            .filter(|watched| *watched != "build.rs")
+            .filter(|watched| *watched != "build.rs" && Path::new(watched) != scripts)
             .map(PathBuf::from)
             .collect();
         for path in &watched {
