@@ -20,8 +20,9 @@ Starts a private redis-server per point (free loopback port) and, for each N:
 Redis's own figures come from INFO commandstats: microseconds per script call (EVALSHA/EVAL),
 round trips per acquisition (EVALSHA, EVAL, BLPOP sent by the waiters, their release excluded,
 as docs/performance.md counts them) and commands Redis ran per acquisition (inside scripts
-too, the release included); the idle window's commands (the waiters' periodic refreshes) are
-left out of these and reported as idle CPU and script calls per second. Make the idle window
+too, the release included); the commands of the waiting time (the idle window, and the
+second of settling before it: the waiters' periodic refreshes and looks) are left out of
+these, and the idle window's are reported as idle CPU and script calls per second. Make the idle window
 longer than the refresh period (a third of QUEUE_ENTRY_TTL) to see the refreshes. Each point runs twice: once with nothing else (Redis's figures, the idle CPU),
 once with the bystander (its latencies; INFO commandstats are server-wide, so its calls would
 blur the first pass's figures). Both passes report order, overlaps and exit codes.
@@ -580,6 +581,9 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         phases = {"joining": (started, time.monotonic())}
         # Idle: nothing but the waiters (and the semaphore's holders renewing), and in the
         # bystander's pass the bystander.
+        # (The settling second is waiting too: its calls, the first places' looks every second,
+        # are left out of the per-acquisition figures like the idle window's.)
+        settle_stats = redis.commandstats()
         if not bystanding:
             time.sleep(1)
         before_cpu, before_stats, idle_started = redis.cpu(), redis.commandstats(), time.monotonic()
@@ -588,6 +592,8 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
         phases["waiting"] = (idle_started, time.monotonic())
         idle_stats = stats_delta(redis.commandstats(), before_stats)
         idle_stats = {name: value for name, value in idle_stats.items() if name not in OWN}
+        waited_stats = stats_delta(redis.commandstats(), settle_stats)
+        waited_stats = {name: value for name, value in waited_stats.items() if name not in OWN}
         result["idle_cpu_pct"] = 100 * (redis.cpu() - before_cpu) / idle_wall
         result["idle_script_calls_per_s"] = (
             idle_stats.get("evalsha", (0, 0))[0] + idle_stats.get("eval", (0, 0))[0]) / idle_wall
@@ -619,9 +625,9 @@ def run_point(binary, n, options, semaphore=False, bystanding=False):
             for index in failed[:5]]
         for failure in result["failures"]:
             print(f"  a redlock failed, {failure}", file=sys.stderr, flush=True)
-        # Per acquisition: the join, the wake-ups and the hand-offs; the refreshes of the idle
-        # window are a cost per second of waiting, reported as such.
-        stats = stats_delta(redis.commandstats(), idle_stats)
+        # Per acquisition: the join, the wake-ups and the hand-offs; the refreshes and looks of
+        # the waiting time are a cost per second of waiting, reported as such.
+        stats = stats_delta(redis.commandstats(), waited_stats)
         result.update(summarize(stats, holders + waiters))
         result["cpu_s_total"] = redis.cpu() - cpu_start
 
@@ -737,11 +743,13 @@ def simulate_idle(options, count=10_000):
                       "waiters": f"{base}:waiters"}
 
             def acquire_args(waiter, token, stay):
-                values = dict(common, wake=f"{base}:wake:{waiter}", token=token,
-                              ttl_ms=600_000, mode="exclusive", limit=0, host="sim", pid=1,
-                              user="sim", command="sim", waiter=waiter, stay=stay,
-                              entry_ttl_ms=entry_ttl_ms, grant_ms=2000, wake_ttl_ms=5000,
-                              reenter=0)
+                values = dict(common, wake=f"{base}:wake:{waiter}",
+                              cancel=f"{base}:cancel:{token}", history=f"{base}:history",
+                              token=token, ttl_ms=600_000, mode="exclusive", limit=0,
+                              host="sim", pid=1, user="sim", command="sim", note="",
+                              waiter=waiter, stay=stay, entry_ttl_ms=entry_ttl_ms,
+                              grant_ms=2000, wake_ttl_ms=5000, reenter=0, claim_ms=0,
+                              history_keep="", history_keep_ms="")
                 keys, args = names["acquire.lua"]
                 return ["EVALSHA", shas["acquire.lua"], len(keys),
                         *[values[k] for k in keys], *[values[a] for a in args]]
