@@ -843,7 +843,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=300, help="bound per point, seconds")
     parser.add_argument("--idle-simulation", type=float, default=0,
                         help="window for 10,000 simulated idle waiters, seconds (0: skip)")
-    parser.add_argument("--entry-ttl-ms", type=int, default=30_000,
+    parser.add_argument("--entry-ttl-ms", type=int, default=120_000,
                         help="QUEUE_ENTRY_TTL of the build, for the simulation")
     parser.add_argument("--json", help="write the raw figures here")
     parser.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
