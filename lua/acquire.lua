@@ -178,9 +178,7 @@ if entry then
   if reaping and position > HEAD_PLACES + 1 then
     lock.lease_through = math.min(position - 1, AHEAD_PLACES)
   end
-  -- Its own call: an entry in the first places has its head lease from now on (lease_head).
   entry.exp, entry.due = now + entry_life(position, entry_ttl), now + hint_at(position)
-  entry.entered = nil
   put_entry(lock, waiter, entry, now + entry_ttl)
 elseif waiter ~= '' and not lock.head_unknown then
   -- A new place at the back. Wake-ups left from an earlier one (a lapsed grant) mean nothing now.

@@ -27,13 +27,9 @@ local QUEUE_SLACK_MS = 1000
 -- HEAD_TTL_MS past their waiter's last call (a live waiter there calls every third of it), so a
 -- waiter that died near the head (kill -9, a give-up that could not reach Redis) is dropped
 -- within seconds instead of after the entry ttl, and is never handed the lock after that. An
--- entry moving into those places is shortened and its waiter told (lease_head).
+-- entry moving into those places is shortened and its waiter woken (lease_head).
 local HEAD_PLACES = 8
 local HEAD_TTL_MS = 3000
--- An entry that moves into those places while its waiter is not due to call soon is shortened
--- (and its waiter woken) only when it is still there this long after: a queue that drains
--- faster costs no call for it (see lease_head).
-local HEAD_WAKE_AFTER_MS = 1000
 -- A server stall (SIGSTOP, CLIENT PAUSE, DEBUG SLEEP) lapses every head lease at once, the live
 -- waiters' too. So a lapsed entry is dropped only by a *steady* waiter: one whose own entry was
 -- live at its call and has been so for at least HEAD_TTL_MS (entry field `steady`: when its
@@ -151,8 +147,7 @@ local function field_type(name)
     pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
     mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
     outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
-    due = 'number', entered = 'number', granted = 'boolean', claim = 'number', keep = 'number',
-    keep_ms = 'number',
+    due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
   }
   return FIELD_TYPES[name]
 end
@@ -773,43 +768,29 @@ local function entry_life(position, entry_ttl)
 end
 
 -- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
--- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses. When its waiter
--- is due to call (`due`, the hint it was given) well within that anyway (one place up from just
--- behind them, where waiters look every second), at once. Otherwise its waiter must first be
--- told ('l': look), and that waits HEAD_WAKE_AFTER_MS: the entry is marked (`entered`) and
--- keeps its life, and the first call after that shortens it and wakes its waiter, so a live one
--- calls, learns its place and keeps calling every third of the lease. A queue that drains
--- faster hands the entry the lock (or moves it on) first, and its waiter makes no call for the
--- head lease; an unwoken entry never lapses early, so a live waiter keeps its place whatever
--- the queue does next. A dead one lapses about HEAD_WAKE_AFTER_MS later than if woken at once.
+-- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses; its waiter is
+-- woken ('l': look) unless it is due to call (`due`, the hint it was given) well within that
+-- anyway (the usual case: one place up from just behind them, where waiters look every
+-- second), so a live one calls, learns its place and keeps calling every third of the lease.
 -- Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call. After the
 -- first write: an entry that does not decode is left for the next call to refuse.
 -- `lock.lease_through` (set by a steady waiter's call that dropped lapsed entries at the head,
--- see acquire.lua) extends this to the places ahead of that waiter, at most AHEAD_PLACES, and
--- shortens at once: dead waiters there then lapse together instead of a head's worth at a time.
+-- see acquire.lua) extends this to the places ahead of that waiter, at most AHEAD_PLACES: dead
+-- waiters there then lapse together instead of a head's worth at a time.
 local function lease_head(lock, wake_ttl)
   if lock.length <= 0 then return end
   local places = math.max(HEAD_PLACES, lock.lease_through or 0)
   local ids = redis.call('ZRANGE', lock.key.queue, 0, places - 1)
   if not ids[1] then return end
   local values = redis.call('HMGET', lock.key.waiters, unpack(ids))
-  local now = lock.now
-  local short = now + HEAD_TTL_MS
+  local short = lock.now + HEAD_TTL_MS
   for i, id in ipairs(ids) do
     local entry = decode(values[i])
     if entry and entry.exp > short then
-      local calls_soon = type(entry.due) == 'number' and entry.due <= now + HEAD_TTL_MS / 2
-      local entered = entry.entered
-      -- (A server clock set back ends the wait too.)
-      local told_now = lock.lease_through or (entered and
-        (now - entered >= HEAD_WAKE_AFTER_MS or now < entered))
-      if calls_soon or told_now then
-        entry.exp, entry.entered = short, nil
-        redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
-        if not calls_soon then wake(lock, id, 'l', wake_ttl) end
-      elseif not entered then
-        entry.entered = now
-        redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+      entry.exp = short
+      redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+      if type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2 then
+        wake(lock, id, 'l', wake_ttl)
       end
     end
   end

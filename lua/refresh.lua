@@ -20,13 +20,10 @@ refused = denied('HSET', key.waiters, 'f', 'v') or denied('PEXPIREAT', key.waite
 if refused then return refused end
 
 -- From here on, writes.
--- A waiter refreshes only while it does not know it is near the head (it then looks every
--- second instead): in the first places too its entry keeps the full life until the waiter is
--- told to look (lease_head, which shortens it then); shortened now, it would lapse while its
--- waiter sleeps until its next refresh, and a live waiter could lose its place.
+-- Near the head, the short head lease (see lease_head in the prelude).
 local entry_ttl = tonumber(arg.entry_ttl_ms)
-entry.exp = lock.now + entry_ttl
--- Its next call is its next refresh (see lease_head).
+entry.exp = lock.now + entry_life(rank + 1, entry_ttl)
+-- Behind the first places, its next call is its next refresh (see lease_head).
 entry.due = lock.now + math.floor(entry_ttl / 3)
 put_entry(lock, arg.waiter, entry, lock.now + entry_ttl)
 settle(lock)

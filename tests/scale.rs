@@ -571,11 +571,12 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
         );
     }
     assert!(matches!(wake(&readers[100], &mut con), Some(Wake::Look)));
-    // The rest of the first places (the head lease's) are told nothing yet: the queue moves on
-    // before their waiters would have to call (below, they are handed the lock).
-    for reader in &readers[101..109] {
-        assert!(wake(reader, &mut con).is_none());
+    // The head lease: the rest of the first places are told to look too (and to keep calling
+    // while there); nobody behind them.
+    for reader in &readers[101..108] {
+        assert!(matches!(wake(reader, &mut con), Some(Wake::Look)));
     }
+    assert!(wake(&readers[108], &mut con).is_none());
     // The hand-off is bounded: a few commands per reader, whatever the run's length.
     assert!(
         release[0].len() < 100 * 8 + 40,
@@ -602,125 +603,6 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     }
     assert_eq!(lock.inspect(&mut con).unwrap().holder_count, 150);
     assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{job}:queue"]), 0);
-}
-
-/// The server's clock, in ms.
-fn server_ms(server: &RedisServer) -> u64 {
-    let time: Vec<String> = server.cmd(&["TIME"]);
-    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
-}
-
-/// A waiter's queue entry, as stored.
-fn entry(server: &RedisServer, waiter: &Waiter) -> serde_json::Value {
-    let json: String = server.cmd(&["HGET", WAITERS, &waiter.id]);
-    serde_json::from_str(&json).unwrap()
-}
-
-/// A waiter that moves into the first 8 places while its next call is far off is not woken
-/// at once (in a queue that drains fast, that wake-up cost every waiter a call and a block of
-/// its own): its entry is marked and keeps its life, so it cannot lapse while its waiter
-/// sleeps. A call a second or more later, the queue still there, shortens it to the head lease
-/// and tells its waiter to look; the waiter's own call then takes the mark away. One due to call
-/// within the lease anyway is shortened at once and not woken, as before.
-#[test]
-fn a_waiter_moving_up_is_told_to_look_only_when_the_queue_stays_put() {
-    let server = RedisServer::start();
-    let mut con = session(&server);
-    let lock = lock("job");
-    let who = Identity::current("scale-test");
-    let exclusive = |token| request(token, Duration::from_secs(60), Mode::Exclusive, &who);
-    let holder = Token::generate();
-    assert!(matches!(
-        lock.acquire(&mut con, &exclusive(&holder), Queueing::No)
-            .unwrap(),
-        Acquisition::Acquired(_)
-    ));
-    let waiters: Vec<Waiter> = (0..20).map(|_| Waiter::new()).collect();
-    for waiter in &waiters {
-        assert!(matches!(
-            lock.acquire(&mut con, &exclusive(&waiter.token), Queueing::Join(waiter))
-                .unwrap(),
-            Acquisition::Busy { .. }
-        ));
-    }
-    let wake = |waiter: &Waiter, con: &mut Session| {
-        lock.wait_for_wake(con, waiter, Duration::from_millis(100))
-            .unwrap()
-    };
-    let number = |entry: &serde_json::Value, field: &str| entry[field].as_u64();
-    // Eight leave: places 9 to 16, told to look again 1 to 8 s after they joined (a second per
-    // place behind the first 8), move into the first 8. Place 9 was to look within a second:
-    // shortened now. From place 11 on (3 s and more), marked and not woken.
-    for waiter in &waiters[..8] {
-        lock.leave(&mut con, waiter, false).unwrap();
-    }
-    let now = server_ms(&server);
-    let first = entry(&server, &waiters[8]);
-    assert!(number(&first, "exp").unwrap() <= now + 3000, "{first}");
-    assert_eq!(number(&first, "entered"), None, "{first}");
-    for waiter in &waiters[10..16] {
-        let moved = entry(&server, waiter);
-        assert!(number(&moved, "exp").unwrap() > now + 60_000, "{moved}");
-        assert!(number(&moved, "entered").unwrap() <= now, "{moved}");
-    }
-    // A refresh (a waiter that does not know it moved up) keeps the life and the mark: shortened,
-    // the entry would lapse while its waiter sleeps until its next refresh.
-    assert!(matches!(
-        lock.refresh(&mut con, &waiters[11]).unwrap(),
-        Refreshed::Queued { position: 4, .. }
-    ));
-    let refreshed = entry(&server, &waiters[11]);
-    assert!(
-        number(&refreshed, "exp").unwrap() > now + 60_000,
-        "{refreshed}"
-    );
-    assert!(number(&refreshed, "entered").unwrap() <= now, "{refreshed}");
-    // A call within the second (the head's look) tells them nothing yet.
-    let look = |waiter: &Waiter, con: &mut Session| match lock
-        .acquire(
-            con,
-            &request(
-                &waiter.token,
-                Duration::from_secs(60),
-                Mode::Exclusive,
-                &who,
-            ),
-            Queueing::Stay(waiter),
-        )
-        .unwrap()
-    {
-        Acquisition::Busy { position, .. } => position,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(look(&waiters[8], &mut con), 1);
-    for waiter in &waiters[8..] {
-        assert!(wake(waiter, &mut con).is_none());
-    }
-    // The queue stays put: the first call after the second shortens the marked entries whose
-    // waiters are not due to call within half a head lease (those from place 13 on: due 5 s
-    // or more after joining; and the one that refreshed), and tells them to look.
-    std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(look(&waiters[8], &mut con), 1);
-    let now = server_ms(&server);
-    for waiter in &waiters[11..16] {
-        assert!(matches!(wake(waiter, &mut con), Some(Wake::Look)));
-        let told = entry(&server, waiter);
-        assert!(number(&told, "exp").unwrap() <= now + 3000, "{told}");
-        assert_eq!(number(&told, "entered"), None, "{told}");
-    }
-    // Nobody behind the first places.
-    for waiter in &waiters[16..] {
-        assert!(wake(waiter, &mut con).is_none());
-        assert_eq!(number(&entry(&server, waiter), "entered"), None);
-    }
-    // The waiter's look keeps the head lease.
-    assert_eq!(look(&waiters[15], &mut con), 8);
-    let looked = entry(&server, &waiters[15]);
-    assert!(
-        number(&looked, "exp").unwrap() <= server_ms(&server) + 3000,
-        "{looked}"
-    );
-    assert_every_key_expires(&server, "the head lease's wake-ups");
 }
 
 /// The grant a hand-over gives is never longer than the lease the waiter asked for: a waiter
