@@ -998,3 +998,49 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
     keys.retain(|key| !key.ends_with(":fence"));
     assert_eq!(keys, ["redlock:{job}:holders", "redlock:{job}:leases"]);
 }
+
+/// A fast drain (eight `run`s of `true`) moves eight waiters killed a moment ago, and the live
+/// waiter behind them, into the head lease's places, none of which called since it joined far
+/// back. Each is told as it moves up (so the live one calls every second and drops the dead
+/// ones once their head lease lapses): the lock is taken about 3 s after the release, within
+/// the bound of a second per dead waiter. With the wake-up deferred until the queue had stayed
+/// put for a second, nobody called, and the live waiter slept until its own hint (12.3 s).
+#[test]
+fn dead_waiters_moved_up_by_a_fast_drain_do_not_starve_a_live_one() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let fast: Vec<Running> = (1..=8).map(|n| queue_run(&server, "true", n)).collect();
+    let mut doomed = Vec::new();
+    for position in 9..=16 {
+        doomed.push(
+            server
+                .redlock(&["acquire", "--key", "job", "--ttl", "30s", "--wait", "60s"])
+                .spawn(),
+        );
+        assert!(wait_until(Duration::from_secs(10), || waiters(&server) == position));
+    }
+    for running in &doomed {
+        running.signal("KILL");
+    }
+    for running in doomed {
+        let _ = running.wait(Duration::from_secs(5));
+    }
+    let live = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s", "--wait", "60s"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 17));
+    let released = Instant::now();
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    for running in fast {
+        running.wait(Duration::from_secs(10)).code(0);
+    }
+    live.wait(Duration::from_secs(40)).code(0);
+    assert!(
+        released.elapsed() < Duration::from_secs(8),
+        "the live waiter acquired {:?} after the release",
+        released.elapsed()
+    );
+}
