@@ -769,9 +769,12 @@ end
 
 -- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
 -- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses; its waiter is
--- woken ('l': look) unless it is due to call (`due`, the hint it was given) well within that
--- anyway (the usual case: one place up from just behind them, where waiters look every
--- second), so a live one calls, learns its place and keeps calling every third of the lease.
+-- told at once ('h:<server ms>': call by then, a third of the lease from now) unless it is due
+-- to call (`due`, the hint it was given) well within that anyway (the usual case: one place up
+-- from just behind them, where waiters look every second), so a live one keeps calling every
+-- third of the lease. It blocks again until then: in a queue that drains faster it is handed
+-- the lock first, and makes no script call for the move. (Told only as the queue moves it up;
+-- deferring this until the queue had stayed put failed when nobody live was left to call.)
 -- Entries already short (or lapsed) are left alone: one ZRANGE and one HMGET a call. After the
 -- first write: an entry that does not decode is left for the next call to refuse.
 -- `lock.lease_through` (set by a steady waiter's call that dropped lapsed entries at the head,
@@ -790,7 +793,7 @@ local function lease_head(lock, wake_ttl)
       entry.exp = short
       redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
       if type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2 then
-        wake(lock, id, 'l', wake_ttl)
+        wake(lock, id, 'h:' .. int(lock.now + HEAD_TTL_MS / 3), wake_ttl)
       end
     end
   end

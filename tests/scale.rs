@@ -86,8 +86,8 @@ fn is_script_call(command: &str) -> bool {
     command.starts_with("\"evalsha\"") || command.starts_with("\"eval\"")
 }
 
-/// Pops `waiter`'s wake-ups until its grant (a watch of the previous grant, and the look that
-/// comes with the head lease when it moves into the first places, may come first).
+/// Pops `waiter`'s wake-ups until its grant (a watch of the previous grant, and the word that
+/// it moved into the head lease's places, may come first).
 fn granted(lock: &Lock, con: &mut Session, waiter: &Waiter, i: usize) -> u64 {
     for _ in 0..4 {
         match lock
@@ -95,7 +95,7 @@ fn granted(lock: &Lock, con: &mut Session, waiter: &Waiter, i: usize) -> u64 {
             .unwrap()
         {
             Some(Wake::Granted { fence, .. }) => return fence,
-            Some(Wake::Watch { .. } | Wake::Look) => {}
+            Some(Wake::Watch { .. } | Wake::Head { .. } | Wake::Look) => {}
             other => panic!("waiter {i} woke with {other:?}"),
         }
     }
@@ -571,10 +571,14 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
         );
     }
     assert!(matches!(wake(&readers[100], &mut con), Some(Wake::Look)));
-    // The head lease: the rest of the first places are told to look too (and to keep calling
-    // while there); nobody behind them.
+    // The head lease: the rest of the first places are told they moved up, to call within a
+    // third of it (a second) and keep calling while there; nobody behind them.
+    let now = server_ms(&server);
     for reader in &readers[101..108] {
-        assert!(matches!(wake(reader, &mut con), Some(Wake::Look)));
+        match wake(reader, &mut con) {
+            Some(Wake::Head { by }) => assert!(by > now && by <= now + 1000, "{by} vs {now}"),
+            other => panic!("{other:?}"),
+        }
     }
     assert!(wake(&readers[108], &mut con).is_none());
     // The hand-off is bounded: a few commands per reader, whatever the run's length.
@@ -603,6 +607,12 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     }
     assert_eq!(lock.inspect(&mut con).unwrap().holder_count, 150);
     assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{job}:queue"]), 0);
+}
+
+/// The server's clock, in ms.
+fn server_ms(server: &RedisServer) -> u64 {
+    let time: Vec<String> = server.cmd(&["TIME"]);
+    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
 }
 
 /// The grant a hand-over gives is never longer than the lease the waiter asked for: a waiter

@@ -1,5 +1,5 @@
 //! A waiter's place in a lock's queue, and the wake-ups scripts push onto its wake list: the
-//! lock handed over, first in line, or look again.
+//! lock handed over, first in line, near the head, or look again.
 
 use std::time::Duration;
 
@@ -25,6 +25,10 @@ pub enum Wake {
         length: usize,
         holder: Option<Holder>,
     },
+    /// The waiter moved into the first places of the queue, where its entry lives only a head
+    /// lease past its last call: it must call by `by` (server time, Unix ms) unless handed the
+    /// lock or told to watch first.
+    Head { by: u64 },
     /// Anything else: look at the lock again.
     Look,
 }
@@ -36,6 +40,7 @@ impl Wake {
         let mut number = || parts.next().and_then(|part| part.parse::<u64>().ok());
         match (kind, number(), number()) {
             (Some("g"), Some(fence), Some(expires)) => Self::Granted { fence, expires },
+            (Some("h"), Some(by), None) => Self::Head { by },
             (Some("w"), Some(expires), Some(length)) => Self::Watch {
                 expires,
                 length: usize::try_from(length).unwrap_or(usize::MAX),
@@ -121,7 +126,13 @@ mod tests {
         };
         assert_eq!((expires, length), (2001, 3));
         assert_eq!(holder.unwrap().who.command, "a:b");
-        for other in ["1", "", "g:7", "g:x:1", "w:1", "x:1:2"] {
+        assert!(matches!(
+            Wake::parse("h:1795329318937"),
+            Wake::Head {
+                by: 1_795_329_318_937
+            }
+        ));
+        for other in ["1", "", "g:7", "g:x:1", "w:1", "x:1:2", "h", "h:x", "h:1:2"] {
             assert!(matches!(Wake::parse(other), Wake::Look), "{other:?}");
         }
     }

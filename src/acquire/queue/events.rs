@@ -277,6 +277,13 @@ impl Acquirer<'_> {
                 crate::failpoint::hit("queued");
                 self.block(Some(session));
             }
+            Some(Wake::Head { by }) if BootInstant::now() < reading.refresh_at() => {
+                // Moved up into the head lease's places: keep calling within it from now on,
+                // the first call a third of it from the move (a queue that drains faster hands
+                // this waiter the lock before that, and it makes no call for the move).
+                self.look_at = self.look_at.min(reading.about(by));
+                self.block(Some(session));
+            }
             // Nothing came, and only the entry is due, not a look at the lock: refresh it,
             // which reads nothing else of the queue.
             None if BootInstant::now() >= reading.refresh_at()
