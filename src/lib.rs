@@ -222,10 +222,16 @@ fn report_parse_error(err: &clap::Error, args: &[OsString]) -> u8 {
                 })
                 .map(|command| format!(" {command}"))
                 .unwrap_or_default();
-            log::error(
-                format_args!("{what}{tip}; see 'redlock{command} --help'"),
-                exit::USAGE,
-            );
+            let why = format!("{what}{tip}; see 'redlock{command} --help'");
+            // A monitoring plugin's bad command line is UNKNOWN (3), with the plugin's line: a
+            // typo in a service definition shows as such, not as an out-of-range code.
+            let words = || args.iter().skip(1).take_while(|arg| *arg != "--");
+            if words().any(|arg| arg == "check") && words().any(|arg| arg == "--nagios") {
+                cmd::print_plugin_unknown(&why);
+                log::error(&why, exit::PLUGIN_UNKNOWN);
+                return exit::PLUGIN_UNKNOWN;
+            }
+            log::error(&why, exit::USAGE);
             exit::USAGE
         }
     }

@@ -206,6 +206,30 @@ fn check_refuses_bad_input_before_reaching_redis() {
         &["check", "--succeeded-within", "1h"],
         &["check", "job", "--succeeded-within", "0"],
         &["check", "job", "--succeeded-within", "367d"],
+        &["check", "a\u{1b}b", "--succeeded-within", "1h"],
+    ] {
+        server.redlock(args).run().code(64);
+    }
+    assert!(server.keys().is_empty());
+}
+
+/// With --nagios, a command line that does not parse (a typo in a service definition) is the
+/// plugin convention's UNKNOWN: exit 3 and the one line the monitoring system shows, the same
+/// words as the usual error on stderr. Nothing reaches Redis.
+#[test]
+fn check_nagios_with_a_bad_command_line_is_unknown() {
+    let server = RedisServer::start();
+    for args in [
+        &["check", "job", "--succeeded-within", "1hh", "--nagios"][..],
+        &["check", "job", "--nagios"],
+        &[
+            "--quiet",
+            "check",
+            "--nagios",
+            "job",
+            "--succeeded-within",
+            "0",
+        ],
         &[
             "check",
             "job",
@@ -214,10 +238,23 @@ fn check_refuses_bad_input_before_reaching_redis() {
             "--json",
             "--nagios",
         ],
-        &["check", "a\u{1b}b", "--succeeded-within", "1h"],
     ] {
-        server.redlock(args).run().code(64);
+        let out = server.redlock(args).run();
+        out.code(3);
+        let line = out.stdout.trim_end();
+        if !line.starts_with("REDLOCK UNKNOWN - ")
+            || line.contains('\n')
+            || !line.ends_with("; see 'redlock check --help'")
+        {
+            out.fail("expected one plugin line 'REDLOCK UNKNOWN - ...' on stdout");
+        }
+        out.one_line_error("; see 'redlock check --help'");
     }
+    // Not a plugin: the usual usage error.
+    server
+        .redlock(&["check", "job", "--succeeded-within", "1hh"])
+        .run()
+        .code(64);
     assert!(server.keys().is_empty());
 }
 

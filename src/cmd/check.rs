@@ -46,6 +46,12 @@ struct Judged {
     oldest: Option<u64>,
 }
 
+/// Prints the plugin line of an error that came before `check` could run (a command line that
+/// does not parse): UNKNOWN, by the plugin convention.
+pub(super) fn print_unknown(why: &str) -> anyhow::Result<()> {
+    print_line(format!("REDLOCK UNKNOWN - {}", plugin_text(why)))
+}
+
 /// Runs `check`. The context is built by the caller: with `--nagios` an error building it (a
 /// bad URL, an unreadable password file) is the plugin's UNKNOWN line too.
 pub(super) fn run(context: anyhow::Result<Context>, args: &CheckArgs) -> anyhow::Result<Done> {

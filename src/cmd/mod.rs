@@ -105,6 +105,12 @@ impl Context {
     }
 }
 
+/// `check --nagios` given a command line that does not parse: the plugin's UNKNOWN line on
+/// stdout (the monitoring system shows it; the exit code says UNKNOWN too).
+pub(crate) fn print_plugin_unknown(why: &str) {
+    let _ = check::print_unknown(why);
+}
+
 /// What the user can do about an error, in the terms of the command line.
 pub(crate) fn hint_text(hint: Hint) -> &'static str {
     match hint {
