@@ -1,8 +1,6 @@
 //! `redlock metrics`: the locks under the prefix in the Prometheus text format (version 0.0.4),
 //! for node_exporter's textfile collector or a scrape wrapper: every held lock, and every free
-//! one that has a history, with HELP and TYPE lines and label values escaped. In quorum mode a
-//! lock is held when a majority of the masters hold it, and its history is the newest any
-//! master recorded.
+//! one that has a history, with HELP and TYPE lines and label values escaped.
 
 use std::fmt::Write as _;
 
@@ -92,13 +90,10 @@ const METRICS: &[Metric] = &[
 ];
 
 pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done> {
-    let Listed {
-        locks,
-        skipped,
-        masters,
-    } = context
-        .store
-        .list(&context.prefix, Scope::WithHistory, context.log)?;
+    let Listed { locks, skipped, .. } =
+        context
+            .store
+            .list(&context.prefix, Scope::WithHistory, context.log)?;
     for (key, why) in &skipped {
         context.log.warn(format_args!(
             "skipping {}: it holds data redlock did not write ({why:#})",
@@ -108,19 +103,7 @@ pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done
     for (state, _) in &locks {
         super::warn_unreadable(context, &state.unreadable);
     }
-    // In quorum mode a lock is held when a majority of the masters hold it: a minority's
-    // leftover (an acquisition that failed, its lease not yet over) holds nothing.
-    let states: Vec<LockState> = locks
-        .into_iter()
-        .map(|(mut state, holding)| {
-            if masters.is_some_and(|masters| holding <= masters / 2) {
-                state.holders.clear();
-                state.holder_count = 0;
-            }
-            state
-        })
-        .collect();
-    let states: Vec<&LockState> = states.iter().collect();
+    let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
     write_stdout(exposition(&states).trim_end())?;
     Ok(Done::Success)
 }

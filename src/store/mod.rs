@@ -133,11 +133,9 @@ impl Store {
         }
     }
 
-    /// Every lock under `prefix` in `scope`, each once. In quorum mode a lock's holders and
-    /// queue are the first master's that has it, with the number of masters where it is held;
-    /// its last fence and its latest holds (over, and succeeded) are the newest any master
-    /// recorded, since a master that was down during a hold never saw it. A master that did
-    /// not answer is warned of, fewer than a majority is an error.
+    /// Every lock under `prefix` in `scope`, each once. In quorum mode a lock is listed as the
+    /// first master that has it shows it, with the number of masters where it is held; a
+    /// master that did not answer is warned of, fewer than a majority is an error.
     pub(crate) fn list(&self, prefix: &Prefix, scope: Scope, log: Log) -> anyhow::Result<Listed> {
         let (listings, masters) = match self {
             Store::One(target) => (vec![list(connect(target, log)?, prefix, scope)?], None),
@@ -157,12 +155,7 @@ impl Store {
                     .iter_mut()
                     .find(|(seen, _)| seen.name == state.name)
                 {
-                    Some((seen, count)) => {
-                        *count += held;
-                        seen.last_fence = seen.last_fence.max(state.last_fence);
-                        seen.last_run = newest(seen.last_run.take(), state.last_run);
-                        seen.last_success = newest(seen.last_success.take(), state.last_success);
-                    }
+                    Some((_, count)) => *count += held,
                     None => listed.locks.push((state, held)),
                 }
             }
@@ -230,15 +223,6 @@ impl Store {
                 quorum.release(lock, request.token, request.min_hold, request.ending, bound)
             }
         }
-    }
-}
-
-/// The newer of two holds of one lock on different masters: the higher fence (fences rise
-/// with every acquisition, on every master).
-fn newest(a: Option<HistoryEntry>, b: Option<HistoryEntry>) -> Option<HistoryEntry> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(if b.fence > a.fence { b } else { a }),
-        (a, b) => a.or(b),
     }
 }
 
