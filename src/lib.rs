@@ -211,24 +211,22 @@ fn report_parse_error(err: &clap::Error, args: &[OsString]) -> u8 {
                 .unwrap_or_default();
             // Point to the help of the command given, where its options are: the first word
             // that names one (a global option's value rarely does).
-            let command = args
-                .iter()
-                .skip(1)
-                .take_while(|arg| *arg != "--")
-                .find_map(|arg| {
-                    cli::MAN_PAGES
-                        .iter()
-                        .find(|command| arg.to_str() == Some(command))
-                })
+            let words = || args.iter().skip(1).take_while(|arg| *arg != "--");
+            let named = words().find_map(|arg| {
+                cli::MAN_PAGES
+                    .iter()
+                    .find(|command| arg.to_str() == Some(command))
+            });
+            let command = named
                 .map(|command| format!(" {command}"))
                 .unwrap_or_default();
             let why = format!("{what}{tip}; see 'redlock{command} --help'");
             // A monitoring plugin's bad command line is UNKNOWN (3), with the plugin's line: a
             // typo in a service definition shows as such, not as an out-of-range code.
-            let words = || args.iter().skip(1).take_while(|arg| *arg != "--");
-            if words().any(|arg| arg == "check") && words().any(|arg| arg == "--nagios") {
+            if named == Some(&"check") && words().any(|arg| arg == "--nagios") {
+                // (Only the plugin line, as for its other UNKNOWNs: a monitoring system that
+                // keeps stderr too would show the words twice.)
                 cmd::print_plugin_unknown(&why);
-                log::error(&why, exit::PLUGIN_UNKNOWN);
                 return exit::PLUGIN_UNKNOWN;
             }
             log::error(&why, exit::USAGE);

@@ -576,7 +576,10 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     let now = server_ms(&server);
     for reader in &readers[101..108] {
         match wake(reader, &mut con) {
-            Some(Wake::Head { by }) => assert!(by > now && by <= now + 1000, "{by} vs {now}"),
+            // (A second from the release, which came before `now`.)
+            Some(Wake::Head { by }) => {
+                assert!(by <= now + 1000 && by + 5000 > now, "{by} vs {now}")
+            }
             other => panic!("{other:?}"),
         }
     }
