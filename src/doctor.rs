@@ -435,8 +435,8 @@ fn seen(result: anyhow::Result<String>) -> anyhow::Result<Option<String>> {
 
 #[cfg(test)]
 mod tests {
-    /// The commands the doctor asks about (the first word of each check in lua/doctor.lua).
-    /// The commands the doctor asks about, required (`local checks`) and optional.
+    /// The commands the doctor asks about (the first word of each check in lua/doctor.lua),
+    /// required (`local checks`) and optional.
     fn checked() -> Vec<String> {
         let doctor = include_str!("../lua/doctor.lua");
         let names = |from: &str, to: &str| {

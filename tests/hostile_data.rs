@@ -156,17 +156,11 @@ fn holder_record(mode: &str, fence: u64, since: u64, exp: u64) -> String {
     .to_string()
 }
 
-/// The server's clock, in ms.
-fn server_ms(server: &RedisServer) -> u64 {
-    let time: Vec<String> = server.cmd(&["TIME"]);
-    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
-}
-
 /// Expired holders are deleted 100 per call: 1,000 of them beside one live shared holder.
 #[test]
 fn expired_holders_ten_times_the_cleanup_are_deleted_over_calls() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     let (mut fields, mut members) = (Vec::new(), Vec::new());
     for n in 0..=1000u64 {
         let token = format!("{n:032x}");
@@ -216,7 +210,7 @@ fn queue_entry(n: u64, exp: u64) -> String {
 #[test]
 fn a_queue_of_dead_waiters_ten_times_the_scan_is_dropped_over_calls() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     for chunk in 0..10u64 {
         let (mut places, mut entries) = (Vec::new(), Vec::new());
         for n in chunk * 1000..(chunk + 1) * 1000 {
@@ -259,7 +253,7 @@ fn a_queue_of_dead_waiters_ten_times_the_scan_is_dropped_over_calls() {
 #[test]
 fn records_a_script_could_not_use_are_refused_before_any_write() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     let until = (now + 60_000).to_string();
     let dump = |server: &RedisServer| {
         let mut state = Vec::new();
@@ -390,7 +384,7 @@ fn a_field_wider_than_a_column_is_cut_not_fatal() {
 #[test]
 fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     let token = format!("{:032x}", 7);
     let mut record: serde_json::Value =
         serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
@@ -468,7 +462,7 @@ fn drives_a_terminal(text: &str) -> bool {
 #[test]
 fn strings_from_redis_or_a_server_cannot_drive_the_terminal() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     let until = (now + 60_000).to_string();
     let token = format!("{:032x}", 7);
     let mut holder: serde_json::Value =
@@ -582,7 +576,7 @@ fn strings_from_redis_or_a_server_cannot_drive_the_terminal() {
 #[test]
 fn a_request_of_another_kind_than_the_queues_head_is_refused_when_nobody_holds() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);
     server.cmd::<()>(&[
         "HSET",
@@ -610,7 +604,7 @@ fn a_request_of_another_kind_than_the_queues_head_is_refused_when_nobody_holds()
 #[test]
 fn a_queue_entry_with_a_forged_head_lease_field_is_foreign_data() {
     let server = RedisServer::start();
-    let now = server_ms(&server);
+    let now = server.time_ms();
     let mut entry: serde_json::Value = serde_json::from_str(&queue_entry(1, now + 60_000)).unwrap();
     entry["steady"] = serde_json::json!("x");
     server.cmd::<()>(&["ZADD", QUEUE, "1", "0000000000000001"]);

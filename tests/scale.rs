@@ -573,7 +573,7 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     assert!(matches!(wake(&readers[100], &mut con), Some(Wake::Look)));
     // The head lease: the rest of the first places are told they moved up, to call within a
     // third of it (a second) and keep calling while there; nobody behind them.
-    let now = server_ms(&server);
+    let now = server.time_ms();
     for reader in &readers[101..108] {
         match wake(reader, &mut con) {
             // (A second from the release, which came before `now`.)
@@ -610,12 +610,6 @@ fn a_long_run_of_readers_is_handed_the_lock_in_bounded_steps() {
     }
     assert_eq!(lock.inspect(&mut con).unwrap().holder_count, 150);
     assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{job}:queue"]), 0);
-}
-
-/// The server's clock, in ms.
-fn server_ms(server: &RedisServer) -> u64 {
-    let time: Vec<String> = server.cmd(&["TIME"]);
-    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
 }
 
 /// The grant a hand-over gives is never longer than the lease the waiter asked for: a waiter

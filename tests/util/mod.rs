@@ -211,6 +211,12 @@ impl RedisServer {
         con
     }
 
+    /// The server's clock (TIME), in Unix ms.
+    pub fn time_ms(&self) -> u64 {
+        let time: Vec<String> = self.cmd(&["TIME"]);
+        time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
+    }
+
     /// Runs one Redis command and returns its reply.
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
         let mut cmd = redis::cmd(args[0]);
