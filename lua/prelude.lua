@@ -791,10 +791,10 @@ local function lease_head(lock, wake_ttl)
     local entry = decode(values[i])
     if entry and entry.exp > short then
       entry.exp = short
+      local told = type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2
+      if told then entry.due = lock.now + HEAD_TTL_MS / 3 end
       redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
-      if type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2 then
-        wake(lock, id, 'h:' .. int(lock.now + HEAD_TTL_MS / 3), wake_ttl)
-      end
+      if told then wake(lock, id, 'h:' .. int(entry.due), wake_ttl) end
     end
   end
 end
@@ -845,7 +845,11 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
       local _, earliest = first_holder(lock)
       first = earliest
     end
-    if first then
+    -- A waiter due to call before that lease ends (`due`: told 'h:' as it moved up, or a
+    -- head waiter's hint) learns of it from that call: telling it now would cost it a block
+    -- more, and in a queue that drains faster it is handed the lock first.
+    local due = head[2].due
+    if first and not (type(due) == 'number' and due < first[2].exp) then
       wake(lock, head[1], 'w:' .. int(first[2].exp) .. ':' .. int(lock.length) .. ':' .. first[3], wake_ttl)
     end
   end

@@ -675,7 +675,14 @@ fn a_waiter_left_behind_a_semaphore_watches_the_first_lease_to_end() {
             Acquisition::Acquired(_)
         ));
     }
-    let waiters: Vec<Waiter> = (0..2).map(|_| Waiter::new()).collect();
+    // Waiters that claim a grant (`acquire`): its 0.6 s ends before the second waiter is due
+    // to call (a second after its join), so that waiter must be told to watch it.
+    let waiters: Vec<Waiter> = (0..2)
+        .map(|_| Waiter {
+            claims: true,
+            ..Waiter::new()
+        })
+        .collect();
     for waiter in &waiters {
         let asked = request(&waiter.token, Duration::from_secs(60), mode, &who);
         assert!(matches!(
@@ -685,8 +692,8 @@ fn a_waiter_left_behind_a_semaphore_watches_the_first_lease_to_end() {
         ));
     }
     let short_expiry = lock.inspect(&mut con).unwrap().holders[0].exp;
-    // The long holder leaves: the first waiter is handed its permit (a 5 s grant), and the
-    // second is told to watch the short holder's lease, which ends later than that grant.
+    // The long holder leaves: the first waiter is handed its permit (a claim grant), and the
+    // second is told to watch the first lease to end: that grant, not the short holder's.
     assert_eq!(
         lock.release(&mut con, &long, Duration::ZERO, &Ending::default())
             .unwrap(),
@@ -708,4 +715,64 @@ fn a_waiter_left_behind_a_semaphore_watches_the_first_lease_to_end() {
     assert_eq!(length, 1);
     assert_eq!(expires, grant.min(short_expiry));
     assert_every_key_expires(&server, "a semaphore hand-over");
+}
+
+/// A waiter next in line that is due to call before the new holder's grant ends (every waiter
+/// in the first places calls within a second) is not woken to watch it: its call comes first,
+/// and in a queue that drains faster it is handed the lock before then. That call tells it
+/// when the grant ends.
+#[test]
+fn the_next_in_line_is_not_woken_to_watch_a_grant_it_outlives_by_its_own_call() {
+    let server = RedisServer::start();
+    let mut con = session(&server);
+    let lock = lock("next");
+    let who = Identity::current("scale-test");
+    let holder = Token::generate();
+    let exclusive = |token| request(token, Duration::from_secs(60), Mode::Exclusive, &who);
+    assert!(matches!(
+        lock.acquire(&mut con, &exclusive(&holder), Queueing::No)
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    // `run` waiters: a grant of 5 s, past the second within which the next one calls.
+    let waiters: Vec<Waiter> = (0..2).map(|_| Waiter::new()).collect();
+    for waiter in &waiters {
+        assert!(matches!(
+            lock.acquire(&mut con, &exclusive(&waiter.token), Queueing::Join(waiter))
+                .unwrap(),
+            Acquisition::Busy { .. }
+        ));
+    }
+    assert_eq!(
+        lock.release(&mut con, &holder, Duration::ZERO, &Ending::default())
+            .unwrap(),
+        Release::Released
+    );
+    let wake = |waiter: &Waiter, con: &mut Session| {
+        lock.wait_for_wake(con, waiter, Duration::from_millis(100))
+            .unwrap()
+    };
+    let Some(Wake::Granted { expires: grant, .. }) = wake(&waiters[0], &mut con) else {
+        panic!("the first waiter was not handed the lock");
+    };
+    assert!(wake(&waiters[1], &mut con).is_none());
+    // Its call: first in line, and to look again when the grant ends at the latest.
+    let now = server.time_ms();
+    let Acquisition::Busy { position, hint, .. } = lock
+        .acquire(
+            &mut con,
+            &exclusive(&waiters[1].token),
+            Queueing::Stay(&waiters[1]),
+        )
+        .unwrap()
+    else {
+        panic!("the second waiter took a lock handed to the first");
+    };
+    assert_eq!(position, 1);
+    let hint = u64::try_from(hint.as_millis()).unwrap();
+    assert!(
+        now + hint <= grant + 100,
+        "hint {hint} ms at {now}, grant ends {grant}"
+    );
+    assert_every_key_expires(&server, "a grant not watched");
 }

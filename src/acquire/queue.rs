@@ -1,8 +1,9 @@
 //! Taking a lock: at once, by re-entering it, or after waiting in its FIFO queue without polling.
 //!
 //! The first attempt takes the lock, or joins the queue (one script call). The waiter then
-//! blocks on its own wake list (BLPOP), which scripts push to when the lock is handed to it, or
-//! when it has become first in line and must watch the new holders' short grants; each block
+//! blocks on its own wake list (BLPOP), which scripts push to when the lock is handed to it,
+//! when it has become first in line and must watch new holders' grants that end before its
+//! next call is due, or when it moved into the head lease's places (`h:`); each block
 //! lasts at most until the holder's expiry (for the first two in line), the queue entry's
 //! refresh, or the end of the wait. A block that ends without a wake-up, and a hand-over to a
 //! caller that does not renew by itself (`acquire`), lead to one script call that claims the

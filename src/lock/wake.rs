@@ -20,6 +20,8 @@ pub enum Wake {
     Granted { fence: u64, expires: u64 },
     /// The waiter is now first in line, behind `holder`, in a queue of `length`; nobody tells
     /// it when the holders' grants at `expires` (server time, Unix ms) run out unclaimed.
+    /// Sent only when that is before the waiter's next call is due (its last reply's hint or
+    /// an `h:`); else that call tells it.
     Watch {
         expires: u64,
         length: usize,
