@@ -6,10 +6,19 @@
 # ever holding the lock). A redis-server of its own on a random loopback port (its log in
 # /tmp/dead_waiters.redis.log).
 #
-#   benches/dead_waiters.sh REDLOCK_BINARY N...
+# With KIND=run, the dead and the live waiters are `run --ttl 10s` (of `sleep 300` and `true`),
+# which start on their grant instead of claiming it.
+#
+#   [KIND=run] benches/dead_waiters.sh REDLOCK_BINARY N...
 set -u
 BIN=$1
 shift
+KIND=${KIND:-acquire}
+case $KIND in
+  acquire) DEAD_TAIL=(); LIVE_TAIL=() ;;
+  run) DEAD_TAIL=(-- sleep 300); LIVE_TAIL=(-- true) ;;
+  *) echo "KIND must be acquire or run" >&2; exit 2 ;;
+esac
 # Polls `redis-cli -p PORT ARGS...` until it prints WANT, for 10 s at most.
 await() {
   local want=$1
@@ -31,11 +40,11 @@ for N in "$@"; do
   TOKEN=$("$BIN" acquire -q --key dx --ttl 300s)
   DEAD=()
   for i in $(seq 1 "$N"); do
-    "$BIN" acquire -q --key dx --ttl 10s --wait 20s >/dev/null 2>&1 &
+    "$BIN" "$KIND" -q --key dx --ttl 10s --wait 20s "${DEAD_TAIL[@]}" >/dev/null 2>&1 &
     DEAD+=($!)
     await "$i" ZCARD 'redlock:{dx}:queue'
   done
-  "$BIN" acquire -q --key dx --ttl 10s --wait 120s >/dev/null 2>&1 &
+  "$BIN" "$KIND" -q --key dx --ttl 10s --wait 120s "${LIVE_TAIL[@]}" >/dev/null 2>&1 &
   LIVE=$!
   await "$((N + 1))" ZCARD 'redlock:{dx}:queue'
   kill -9 "${DEAD[@]}"
@@ -45,7 +54,7 @@ for N in "$@"; do
   wait "$LIVE"
   CODE=$?
   END=$(date +%s.%N)
-  echo "dead=$N exit=$CODE idle=$(echo "$END - $START" | bc) s"
+  echo "kind=$KIND dead=$N exit=$CODE idle=$(echo "$END - $START" | bc) s"
   kill "$SERVER"
   wait "$SERVER" 2>/dev/null
 done

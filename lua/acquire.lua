@@ -61,6 +61,9 @@ if refused then return refused end
 -- Dead waiters at the head, dropped by this (steady) caller: more may be dead between the head
 -- and the caller (see lease_head and hint_at).
 local reaping = lock.reaps and lock.dead[1] ~= nil
+-- A grant handed to a waiter that was not listening goes, and the lock passes on (see HEAR_MS
+-- in the prelude).
+local unheard = unheard_grant(lock, token)
 local function kind(record)
   if record.mode == 'semaphore' then return 'a semaphore of ' .. record.limit end
   return 'an exclusive/shared lock'
@@ -84,7 +87,8 @@ if stay and mine == nil and not queued then return {REPLY.acquire.gone, now} end
 -- writes at most the purge of expired holders (and a repair of the index), and asks only about
 -- that (the cron fleet's hosts that skip a run). Every other call asks about every write its
 -- hold or its place may need (see check_writes).
-local passes_by = waiter == '' and mine == nil and lock.length == 0 and not admitted(request, lock)
+local passes_by = waiter == '' and mine == nil and lock.length == 0 and not unheard and
+  not admitted(request, lock)
 if passes_by then
   refused = check_writes(lock, {put = lock.fix ~= nil, queue = lock.orphans ~= nil,
     remove = lock.fix ~= nil or lock.indexed ~= live_count(lock)})
@@ -95,6 +99,7 @@ if refused then return refused end
 
 -- From here on, writes.
 begin_writes(lock)
+if unheard then reclaim_grant(lock, unheard) end
 if entry and not queued then
   -- Our own entry was dropped, or lapsed long ago (this process was suspended): it goes, and
   -- we join anew.
@@ -130,7 +135,7 @@ if mine then
     -- Handed over while we waited: turn the short grant into a full lease.
     mine.exp, mine.ttl = now + ttl, ttl
   end
-  mine.granted = nil
+  mine.granted, mine.wid = nil, nil
   return acquired(mine, false)
 end
 
@@ -141,8 +146,8 @@ if first_in_line and not refused and admitted(request, lock) then
   return acquired(holder_record(request, next_fence(lock), now, ttl), true)
 end
 
--- The first two in line watch the earliest expiry among the holders; the first HEAD_PLACES
--- call every third of their head lease (which drops the dead ones ahead of them as they
+-- The first two in line watch the earliest expiry among the holders (and call every HEAR_MS,
+-- see below); the first HEAD_PLACES call every third of their head lease (which drops the dead ones ahead of them as they
 -- lapse); behind them, a waiter looks once per place between it and them, every third of a
 -- head lease (so the calls of a long idle queue grow only with the log of its length), at
 -- least every third of the entry ttl (and of the lease it asked for, in the first
@@ -168,7 +173,19 @@ local function hint_at(position)
   -- The places ahead were given the head lease: look again once it lapsed.
   if lock.lease_through then hint = math.min(hint, HEAD_TTL_MS + 100) end
   if lock.head_unknown then hint = 0 end
-  if position > 0 and position <= 2 and earliest then hint = math.min(hint, earliest[2].exp - now) end
+  -- The first two in line look every HEAR_MS at least, and when the first lease to end is a
+  -- grant its waiter may not have heard of, as soon as that can be known: a dead `run` waiter
+  -- handed the lock costs the queue HEAR_MS, not its grant.
+  if position > 0 and position <= 2 then
+    hint = math.min(hint, HEAR_MS)
+    if earliest then
+      local look_at = earliest[2].exp
+      if earliest[2].wid and earliest[2].granted and earliest[2].since + HEAR_MS > now then
+        look_at = math.min(look_at, earliest[2].since + HEAR_MS)
+      end
+      hint = math.min(hint, look_at - now)
+    end
+  end
   return hint
 end
 

@@ -22,7 +22,7 @@ if refused then return refused end
 
 -- From here on, writes.
 begin_writes(lock)
-mine.exp, mine.ttl, mine.granted = lock.now + ttl, ttl, nil
+mine.exp, mine.ttl, mine.granted, mine.wid = lock.now + ttl, ttl, nil, nil
 if arg.keeper ~= '' then mine.keeper = tonumber(arg.keeper) end
 put_holder(lock, token, mine, false)
 history_change(lock, mine.fence, lease_reset(mine.exp))

@@ -42,6 +42,15 @@ local REAP_GRACE_MS = 60000
 -- ahead of it too, up to this many (lease_head), and calls again when they lapse: a run of
 -- dead waiters longer than the head costs one head lease, not one per head's worth of them.
 local AHEAD_PLACES = 64
+-- A waiter that starts on its grant without a call (`run`) takes the grant's wake-up off its
+-- list at once when it is alive and blocked there (Redis serves a blocked client right after
+-- the script that pushed to its list). A grant whose wake-up is still in the list HEAR_MS after
+-- it was made went to a waiter that was not listening (killed, most often): the next call
+-- that sees it deletes the list and the grant together, and the lock passes on (see
+-- unheard_grant). The waiter can then never take that grant: the wake-up is gone, and its own
+-- call would find neither the grant nor its place. A waiter that polls instead of blocking
+-- (its user may not BLPOP) claims its grant by a call within this (it calls every 500 ms).
+local HEAR_MS = 600
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change, unless its holders asked for another retention (`keep` holds, `keep_ms`;
 -- run/acquire --history, --history-ttl): each entry carries the retention its hold asked for
@@ -148,6 +157,7 @@ local function field_type(name)
     mode = 'string', host = 'string', user = 'string', cmd = 'string', note = 'string',
     outcome = 'string', over = 'boolean', why = 'string', keeper = 'number', steady = 'number',
     due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
+    wid = 'string',
   }
   return FIELD_TYPES[name]
 end
@@ -767,9 +777,42 @@ local function entry_life(position, entry_ttl)
   return entry_ttl
 end
 
+-- Whether a queue entry's waiter claims a grant with a call of its own (a waiting `acquire`).
+local function record_claims(entry)
+  return type(entry.claim) == 'number' and entry.claim > 0
+end
+
+-- The holder whose lease ends first, when it is a grant its waiter has not heard of (see
+-- HEAR_MS): its wake list still there HEAR_MS after the grant. `caller`: the token of the
+-- script's caller, whose own grant this never is (its call claims it). A read (TYPE): call it
+-- before the first write, and reclaim_grant after.
+local function unheard_grant(lock, caller)
+  local refused, first = first_holder(lock)
+  if refused or not first or first[1] == caller then return nil end
+  local record = first[2]
+  -- (A waiter id as redlock makes them: a record edited by hand names no other key.)
+  if not record.granted or type(record.wid) ~= 'string' or not token_shaped(record.wid, 16) or
+    lock.now < record.since + HEAR_MS then
+    return nil
+  end
+  local ok, found = pcall(redis.call, 'TYPE', wake_key(lock.key, record.wid))
+  if ok and found['ok'] == 'list' then return first end
+  return nil
+end
+
+-- Deletes an unheard grant's wake-up (the whole list: the waiter has no place left to be told
+-- of) and then the grant, its history entry ending now (an expiry); nothing when the list
+-- cannot be deleted (then the waiter could still take it, and the grant lapses by itself).
+local function reclaim_grant(lock, unheard)
+  local token, record = unheard[1], unheard[2]
+  if not pcall(redis.call, 'DEL', wake_key(lock.key, record.wid)) then return end
+  remove_holder(lock, token, record)
+  history_change(lock, record.fence, lease_reset(lock.now))
+end
+
 -- Gives the entries in the first HEAD_PLACES places the head lease: an entry that moved up
 -- with a longer life is shortened to now + HEAD_TTL_MS, so a dead one lapses; its waiter is
--- told at once ('h:<server ms>': call by then, a third of the lease from now) unless it is due
+-- told at once ('h:<server ms>': call by then, HEAR_MS from now) unless it is due
 -- to call (`due`, the hint it was given) well within that anyway (the usual case: one place up
 -- from just behind them, where waiters look every second), so a live one keeps calling every
 -- third of the lease. It blocks again until then: in a queue that drains faster it is handed
@@ -792,7 +835,7 @@ local function lease_head(lock, wake_ttl)
     if entry and entry.exp > short then
       entry.exp = short
       local told = type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2
-      if told then entry.due = lock.now + HEAD_TTL_MS / 3 end
+      if told then entry.due = lock.now + HEAR_MS end
       redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
       if told then wake(lock, id, 'h:' .. int(entry.due), wake_ttl) end
     end
@@ -827,10 +870,12 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
     -- A waiter that claims its grant with a call of its own (acquire) does so at once: a grant
     -- it has not claimed within `claim` is a dead waiter's, and lapses for the next in line.
-    if type(entry.claim) == 'number' and entry.claim > 0 and entry.claim < length then length = entry.claim end
+    if record_claims(entry) and entry.claim < length then length = entry.claim end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
     -- Until its waiter claims or renews it: who holds the lock is then "being handed over".
     record.granted = true
+    -- A waiter that starts on the grant (no `claim`) is heard from by its wake list: see HEAR_MS.
+    if not record_claims(entry) then record.wid = id end
     local json = put_holder(lock, entry.tok, record, true)
     -- Grants are as long as each waiter asked, at most: the shortest ends first.
     if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end

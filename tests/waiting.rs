@@ -834,11 +834,16 @@ fn a_wait_that_runs_out_reports_current_figures() {
 /// Queues `count` waiting `acquire`s of `job` behind `ahead` others and kills them all with
 /// SIGKILL (a CI runner's timeout, an OOM kill): their places stay in the queue.
 fn queue_dead_acquires(server: &RedisServer, ahead: usize, count: usize) {
+    let acquire = ["acquire", "--key", "job", "--ttl", "10s", "--wait", "20s"];
+    queue_dead(server, ahead, count, &acquire);
+}
+
+/// Queues `count` waiting redlock commands `args` behind `ahead` others and kills them all
+/// with SIGKILL.
+fn queue_dead(server: &RedisServer, ahead: usize, count: usize, args: &[&str]) {
     let mut queued = Vec::new();
     for position in ahead + 1..=ahead + count {
-        let running = server
-            .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "20s"])
-            .spawn();
+        let running = server.redlock(args).spawn();
         assert!(
             wait_until(Duration::from_secs(10), || waiters(server) == position),
             "waiter {position} did not queue"
@@ -927,26 +932,30 @@ fn two_dead_waiters_at_the_head_do_not_starve_a_live_one() {
 }
 
 /// A wait that runs out names who holds the lock then, read again, not the
-/// holder seen when the wait began. Here the holder ('sleep 1') is long gone, and a waiter
-/// killed in the queue was handed the lock: the message says it is being handed over, and to
-/// whom.
+/// holder seen when the wait began. Here the holder seen then has released, and the lock was
+/// handed to the `run` queued first, which has not renewed its grant yet (it does a third of
+/// the way into it): the message says it is being handed over, and to whom.
 #[test]
 fn a_wait_that_runs_out_names_the_holder_of_the_moment() {
     let server = RedisServer::start();
-    let holder = server
-        .redlock(&["run", "--key", "job", "--ttl", "10s", "--", "sleep", "1"])
+    let token = hold(&server, "60s");
+    let next = queue_run(&server, "sleep 10", 1);
+    let late = server
+        .redlock(&[
+            "acquire", "--key", "job", "--ttl", "10s", "--wait", "1500ms",
+        ])
         .spawn();
-    assert!(wait_until(Duration::from_secs(10), || server
-        .cmd::<i64>(&["EXISTS", "redlock:{job}:holders"])
-        == 1));
-    let dead = queue_run(&server, "true", 1);
-    let dead_pid = dead.pid();
-    dead.signal("KILL");
-    let _ = dead.wait(Duration::from_secs(5));
-    let out = server
-        .redlock(&["acquire", "--key", "job", "--ttl", "10s", "--wait", "3s"])
-        .run();
-    holder.wait(Duration::from_secs(10)).code(0);
+    // Released within its wait (1.5 s), which then ends before the grant's first renewal
+    // (1.7 s after it).
+    assert!(
+        wait_until(Duration::from_secs(10), || waiters(&server) == 2),
+        "the second waiter did not queue"
+    );
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    let out = late.wait(Duration::from_secs(10));
     out.code(75);
     let busy = out
         .stderr
@@ -954,13 +963,11 @@ fn a_wait_that_runs_out_names_the_holder_of_the_moment() {
         .find(|line| line.contains("still busy after waiting"))
         .unwrap_or_else(|| out.fail("no 'still busy' line"));
     assert!(
-        busy.contains("being handed over to") && busy.contains(&format!("pid {dead_pid} user")),
-        "did not name the grant to the dead waiter: {busy}"
+        busy.contains("being handed over to") && busy.contains(&format!("pid {} user", next.pid())),
+        "did not name the grant to the next waiter: {busy}"
     );
-    assert!(
-        !busy.contains("sleep 1"),
-        "named the holder that had exited: {busy}"
-    );
+    next.signal("TERM");
+    let _ = next.wait(Duration::from_secs(10));
 }
 
 /// A waiter whose claim is answered only after a stall (here `CLIENT PAUSE`,
@@ -1022,4 +1029,61 @@ fn a_waiter_that_gives_up_leaves_nothing_behind() {
 fn dead_waiters_moved_up_by_a_fast_drain_do_not_starve_a_live_one() {
     // (--ttl 30s: the live waiter's own look at place 17 is then 9 s away, not 3.3 s.)
     live_waiter_behind(8, 8, "30s", Duration::from_secs(8));
+}
+
+/// Dead `run` waiters at the head: a run starts its command on the grant without a call, so the
+/// grant (5 s) is not claimed as a waiting acquire's is. The wake-up a live run takes off its
+/// list at once is still there for a dead one: the next call after 0.6 s deletes it and the
+/// grant, and the lock passes on. Killed just before the release, both dead places are still
+/// live when their turns come (the head lease lapses 3 s after their last call); each costs
+/// well under a second, so the live `run` behind them starts within 2.5 s (it took 5 s, the
+/// first one's grant, before).
+#[test]
+fn dead_run_waiters_handed_the_lock_cost_under_a_second_each() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let run = ["run", "--key", "job", "--wait", "20s", "--", "sleep", "30"];
+    queue_dead(&server, 0, 2, &run);
+    let dir = TempDir::new("dead-runs");
+    let started = dir.path().join("started");
+    let live = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo go > {}", started.display()),
+        ])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .cmd::<usize>(&["ZCARD", "redlock:{job}:queue"])
+            == 3),
+        "the live waiter did not queue behind the dead ones"
+    );
+    let released = Instant::now();
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    wait_for_file(&started, Duration::from_secs(20));
+    let took = released.elapsed();
+    live.wait(Duration::from_secs(10)).code(0);
+    assert!(
+        took < Duration::from_millis(2500),
+        "the live run started {took:?} after the release"
+    );
+    // The dead ones' grants ended early: expired holds in the history, no later than the
+    // live run's start.
+    let history = server.redlock(&["history", "--key", "job", "--json"]).run();
+    history.code(0);
+    assert!(
+        history.stdout.matches("\"expired\"").count() >= 1,
+        "{}",
+        history.stdout
+    );
 }

@@ -59,8 +59,9 @@ pub struct Waiter {
     pub id: String,
     pub token: Token,
     /// Claims a lock handed over with a call of its own (`acquire`), rather than starting on
-    /// the grant (`run`): it is handed a [`CLAIM_GRANT`](super::CLAIM_GRANT), so dying as its turn comes costs the
-    /// queue that much, not a [`GRANT`](super::GRANT).
+    /// the grant (`run`): it is handed a [`CLAIM_GRANT`](super::CLAIM_GRANT), so dying as its
+    /// turn comes costs the queue that much, not a [`GRANT`](super::GRANT). (A `run` waiter's
+    /// grant is taken back as soon if the waiter never took its wake-up: see `GRANT`.)
     pub claims: bool,
 }
 

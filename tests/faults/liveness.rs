@@ -19,10 +19,11 @@ fn queued(server: &RedisServer) -> usize {
     server.cmd(&["ZCARD", "redlock:{job}:queue"])
 }
 
-/// Holds `job`, queues `dead` waiting `acquire`s and one live one behind them, kills the
-/// `dead` ones with SIGKILL (a CI runner's timeout, an OOM kill), releases; returns how long
-/// the key then sat without the live waiter holding it (its exit code counted in `tally`).
-fn idle_behind_dead_waiters(tally: &mut Tally, dead: usize) -> Duration {
+/// Holds `job`, queues `dead` waiting `kind`s (`acquire`, or `run` of `sleep 300`) and a live
+/// one of that kind behind them (a `run` of `true`), kills the `dead` ones with SIGKILL (a CI runner's
+/// timeout, an OOM kill), releases; returns how long the key then sat without the live waiter
+/// holding it (its exit code counted in `tally`).
+fn idle_behind_dead_waiters(tally: &mut Tally, kind: &str, dead: usize) -> Duration {
     let server = RedisServer::start();
     let holder = server
         .redlock(&["acquire", "--key", "job", "--ttl", "300s"])
@@ -30,21 +31,23 @@ fn idle_behind_dead_waiters(tally: &mut Tally, dead: usize) -> Duration {
     holder.code(0);
     let token = holder.stdout.trim().to_owned();
     let ttl = format!("{}s", WAITER_TTL.as_secs());
+    let waiter = |wait: &str, command: &[&'static str]| {
+        let mut args = vec![kind, "--key", "job", "--ttl", &ttl, "--wait", wait];
+        if kind == "run" {
+            args.push("--");
+            args.extend_from_slice(command);
+        }
+        server.redlock(&args).spawn()
+    };
     let mut doomed = Vec::new();
     for place in 1..=dead {
-        doomed.push(
-            server
-                .redlock(&["acquire", "--key", "job", "--ttl", &ttl, "--wait", "20s"])
-                .spawn(),
-        );
+        doomed.push(waiter("20s", &["sleep", "300"]));
         assert!(
             wait_until(Duration::from_secs(10), || queued(&server) == place),
             "waiter {place} did not queue"
         );
     }
-    let live = server
-        .redlock(&["acquire", "--key", "job", "--ttl", &ttl, "--wait", "120s"])
-        .spawn();
+    let live = waiter("120s", &["true"]);
     assert!(
         wait_until(Duration::from_secs(10), || queued(&server) == dead + 1),
         "the live waiter did not queue"
@@ -67,30 +70,44 @@ fn idle_behind_dead_waiters(tally: &mut Tally, dead: usize) -> Duration {
     tally.exit(
         out.status.code(),
         &[0],
-        &format!("live waiter behind {dead} dead"),
+        &format!("live {kind} behind {dead} dead"),
     );
     idle
 }
 
 /// T39: the idle time of a key with a live waiter queued behind N dead ones stays under a
-/// second per dead waiter and within the waiters' TTL in all (up to 8 dead).
-/// The smoke tier runs 5 dead waiters; the full suite 1, 2, 5 and 8.
+/// second per dead waiter and within the waiters' TTL in all (up to 8 dead), for waiting
+/// `acquire`s (which claim a grant with a call) and `run`s (which start on it).
+/// The smoke tier runs 5 dead acquires and 2 dead runs; the full suite 1, 2, 5 and 8 of each.
 #[test]
 fn dead_waiters_ahead_of_a_live_one_leave_the_key_idle_briefly() {
     let mut tally = Tally::new(
         "T39",
         "dead waiters ahead of a live one: idle time while the lock is free",
     );
-    let counts: &[usize] = if harness::full() { &[1, 2, 5, 8] } else { &[5] };
+    let points: &[(&str, usize)] = if harness::full() {
+        &[
+            ("acquire", 1),
+            ("acquire", 2),
+            ("acquire", 5),
+            ("acquire", 8),
+            ("run", 1),
+            ("run", 2),
+            ("run", 5),
+            ("run", 8),
+        ]
+    } else {
+        &[("acquire", 5), ("run", 2)]
+    };
     let mut figures = Vec::new();
-    for &dead in counts {
-        let idle = idle_behind_dead_waiters(&mut tally, dead);
+    for &(kind, dead) in points {
+        let idle = idle_behind_dead_waiters(&mut tally, kind, dead);
         let per_dead = Duration::from_secs(u64::try_from(dead).unwrap());
         if idle >= per_dead || idle > WAITER_TTL {
-            eprintln!("{dead} dead waiters: the key sat idle {idle:?}");
+            eprintln!("{dead} dead {kind} waiters: the key sat idle {idle:?}");
             tally.missed_bounds += 1;
         }
-        figures.push(format!("{dead} dead: {:.1} s", idle.as_secs_f64()));
+        figures.push(format!("{dead} dead {kind}: {:.1} s", idle.as_secs_f64()));
     }
     tally.notes = format!(
         "from the release to the live waiter's exit, --ttl {}s: {} (bound: under 1 s per dead waiter, at most the TTL)",

@@ -15,9 +15,9 @@ use crate::lease::Confirmed;
 use crate::lock::{Acquisition, GRANT, Lease, Refreshed, Waiter, Wake};
 use crate::log::printable;
 
-/// How soon a waiter told it moved into the head lease's places calls, at the latest: a third
-/// of the lease (`HEAD_TTL_MS` in `lua/prelude.lua`), as the script's `h:` says.
-const HEAD_LOOK: Duration = Duration::from_secs(1);
+/// How soon a waiter told it moved into the head lease's places calls, at the latest:
+/// `HEAR_MS` in `lua/prelude.lua`, as the script's `h:` says.
+const HEAD_LOOK: Duration = Duration::from_millis(600);
 
 impl Acquirer<'_> {
     pub(super) fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<End>> {
@@ -283,7 +283,7 @@ impl Acquirer<'_> {
             }
             Some(Wake::Head { by }) if BootInstant::now() < reading.refresh_at() => {
                 // Moved up into the head lease's places: keep calling within it from now on,
-                // the first call a third of it from the move (a queue that drains faster hands
+                // the first call HEAD_LOOK from the move (a queue that drains faster hands
                 // this waiter the lock before that, and it makes no call for the move). Never
                 // later than that from now: `by` is read on the server's clock as of the last
                 // reply, which a clock stepped forward since would put too late.
