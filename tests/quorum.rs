@@ -167,6 +167,86 @@ fn bad_quorums_are_refused_before_redis() {
     Redlock::new(&args).run().code(0);
 }
 
+/// `metrics` and `list` in quorum mode read each lock as a quorum has it. A hold left on one
+/// master of three (an acquisition that failed there, its lease not yet over) is not held; nor
+/// are two holds of different fences on two masters (two acquisitions that each failed); a
+/// hold the first master missed (it was down) is still the latest run. Before, each lock was
+/// shown as the first master that listed it had it: held, with the missed hold's predecessor
+/// as its latest run (exit 3).
+#[test]
+fn metrics_and_list_in_quorum_mode_show_what_a_majority_holds() {
+    let masters = Masters::start(3);
+    masters
+        .redlock(&["run", "--key", "q", "--", "sh", "-c", "exit 3"])
+        .run()
+        .code(3);
+    // A newer hold that the first master missed: stopped (SIGSTOP) while it ran.
+    send_signal(masters.servers[0].pid(), "STOP");
+    let missed = masters
+        .redlock(&["run", "--key", "q", "--ttl", "3s", "--", "true"])
+        .run();
+    send_signal(masters.servers[0].pid(), "CONT");
+    missed.code(0);
+    let metrics = |held: u8, holders: u8, last_exit: i8| {
+        let out = masters.redlock(&["metrics"]).run();
+        out.code(0);
+        for sample in [
+            format!("redlock_lock_held{{key=\"q\",mode=\"exclusive\"}} {held}"),
+            format!("redlock_lock_holders{{key=\"q\"}} {holders}"),
+            format!("redlock_lock_last_exit_status{{key=\"q\"}} {last_exit}"),
+        ] {
+            if !out.stdout.lines().any(|line| line == sample) {
+                out.fail(&format!("no sample '{sample}'"));
+            }
+        }
+    };
+    // A leftover on the first master only.
+    let leftover = masters.servers[0]
+        .redlock(&["acquire", "--key", "q", "--ttl", "60s"])
+        .run();
+    leftover.code(0);
+    metrics(0, 0, 0);
+    let list = masters.redlock(&["list"]).run();
+    list.code(0);
+    let row = list
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("q "))
+        .unwrap_or_else(|| list.fail("no row for q"));
+    assert!(
+        row.contains("1/3") && row.contains("on a minority only"),
+        "{row}"
+    );
+    // Another acquisition's leftover on the second: two masters, two fences, no majority.
+    masters.servers[1]
+        .redlock(&["acquire", "--key", "q", "--ttl", "60s"])
+        .run()
+        .code(0);
+    metrics(0, 0, 0);
+    // Those go (forced: the latest holds over are theirs now, with no exit status), and the quorum takes it: held, its lease the one a majority still has.
+    for (index, server) in masters.servers[..2].iter().enumerate() {
+        server
+            .redlock(&["release", "--key", "q", "--force", "--reason", "test"])
+            .run()
+            .code(0);
+        assert_eq!(masters.holders_on(index, "q"), 0);
+    }
+    masters
+        .redlock(&["acquire", "--key", "q", "--ttl", "60s"])
+        .run()
+        .code(0);
+    metrics(1, 1, -1);
+    let listed = masters.redlock(&["list", "--json"]).run();
+    listed.code(0);
+    let json = listed.json();
+    assert_eq!(json[0]["held_on"], 3, "{json:#}");
+    assert_eq!(
+        json[0]["holders"].as_array().map(Vec::len),
+        Some(1),
+        "{json:#}"
+    );
+}
+
 /// `history` and `check` read every master's history, merged: a hold recorded on each master
 /// is one hold; a master down is warned of and changes nothing; fewer than a majority is an
 /// error, never an answer.

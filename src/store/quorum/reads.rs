@@ -175,6 +175,85 @@ impl Quorum {
     }
 }
 
+/// Each lock of the masters' listings once, as a quorum has it (`list`, `metrics`), with the
+/// number of masters where it is held: its holders are the fences held on a `majority` of the
+/// masters (each with the lease that ends when a majority no longer has it), as `inspect`'s
+/// verdict reads them; its last fence the highest; its latest hold that is over the highest
+/// fence any master recorded as over, that is not held on a majority now (a master that missed
+/// the end, or gave an acquisition back, keeps an older or a lesser record: see `told`); its
+/// latest success the highest fence any master recorded as one.
+pub(crate) fn merge_listed(states: Vec<LockState>, majority: usize) -> Vec<(LockState, usize)> {
+    let mut by_name: Vec<Vec<LockState>> = Vec::new();
+    for state in states {
+        match by_name.iter_mut().find(|seen| seen[0].name == state.name) {
+            Some(seen) => seen.push(state),
+            None => by_name.push(vec![state]),
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|seen| merge_lock(seen, majority))
+        .collect()
+}
+
+/// One lock as a quorum has it, from each answering master's view (see `merge_listed`).
+fn merge_lock(seen: Vec<LockState>, majority: usize) -> (LockState, usize) {
+    let held_on = seen.iter().filter(|state| state.holder_count > 0).count();
+    let mut by_fence: Vec<Vec<&Holder>> = Vec::new();
+    for holder in seen.iter().flat_map(|state| &state.holders) {
+        match by_fence
+            .iter_mut()
+            .find(|records| records[0].fence == holder.fence)
+        {
+            Some(records) => records.push(holder),
+            None => by_fence.push(vec![holder]),
+        }
+    }
+    let mut holders: Vec<Holder> = by_fence
+        .into_iter()
+        .filter(|records| records.len() >= majority)
+        .map(|mut records| {
+            // A majority holds it until the majority-th latest of its leases ends.
+            records.sort_by_key(|holder| std::cmp::Reverse(holder.exp));
+            records[majority - 1].clone()
+        })
+        .collect();
+    holders.sort_by_key(|holder| (holder.since, holder.fence));
+    let held = |fence: u64| holders.iter().any(|holder| holder.fence == fence);
+    let last_run = seen
+        .iter()
+        .filter_map(|state| state.last_run.as_ref())
+        .filter(|entry| !held(entry.fence))
+        .max_by_key(|entry| (entry.fence, told(entry)))
+        .cloned();
+    let last_success = seen
+        .iter()
+        .filter_map(|state| state.last_success.as_ref())
+        .max_by_key(|entry| entry.fence)
+        .cloned();
+    let queued = seen
+        .iter()
+        .max_by_key(|state| state.queue_length)
+        .map(|state| (state.waiters.clone(), state.queue_length))
+        .unwrap_or_default();
+    let mut merged = LockState {
+        name: seen[0].name.clone(),
+        now: seen.iter().map(|state| state.now).max().unwrap_or(0),
+        last_fence: seen.iter().filter_map(|state| state.last_fence).max(),
+        holder_count: holders.len(),
+        holders,
+        waiters: queued.0,
+        queue_length: queued.1,
+        last_run,
+        last_success,
+        unreadable: Vec::new(),
+    };
+    for state in seen {
+        merged.unreadable.extend(state.unreadable);
+    }
+    (merged, held_on)
+}
+
 /// How much an entry tells of how its hold ended, to choose among the masters' entries of one
 /// fence: an acquisition given back (a round that fell short there) least, then a hold with
 /// no end, one that ended, one that ended with the command's status.
@@ -235,5 +314,72 @@ pub(crate) fn refusal(flag: OneRedisOnly) -> &'static str {
         OneRedisOnly::Limit => {
             "--limit: not in quorum mode: with every master admitting N holders, N+1 holders can each win a majority"
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::LockName;
+
+    fn holder(fence: u64, exp: u64) -> Holder {
+        serde_json::from_str(&format!(
+            r#"{{"mode":"exclusive","fence":"{fence}","host":"h","pid":1,"user":"u","cmd":"c","since":1,"ttl":9,"exp":{exp}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn over(fence: u64, outcome: &str, exit: Option<i32>) -> HistoryEntry {
+        let exit = exit.map_or(String::new(), |code| format!(r#","exit":{code}"#));
+        serde_json::from_str(&format!(
+            r#"{{"mode":"exclusive","fence":"{fence}","host":"h","pid":1,"user":"u","cmd":"c","since":1,"exp":5,"ended":5,"outcome":"{outcome}"{exit}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn state(holders: Vec<Holder>, last_run: Option<HistoryEntry>) -> LockState {
+        LockState {
+            name: LockName::new("q").unwrap(),
+            now: 2,
+            last_fence: holders.iter().map(|holder| holder.fence).max(),
+            holder_count: holders.len(),
+            holders,
+            waiters: Vec::new(),
+            queue_length: 0,
+            last_run,
+            last_success: None,
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// Held means one fence on a majority, with the lease a majority still has; a leftover on
+    /// one master, or two fences on two, is not held; the latest hold over is the highest
+    /// fence over, a give-back ranked below the hold's real end and a fence still held left
+    /// out.
+    #[test]
+    fn a_listed_lock_is_what_a_majority_of_masters_holds() {
+        let merged = |states: Vec<LockState>| {
+            let mut merged = merge_listed(states, 2);
+            assert_eq!(merged.len(), 1);
+            merged.remove(0)
+        };
+        let (lock, held_on) = merged(vec![
+            state(vec![holder(7, 30)], Some(over(6, "given back", None))),
+            state(vec![holder(7, 20)], Some(over(6, "released", Some(0)))),
+            state(vec![holder(7, 10)], Some(over(7, "given back", None))),
+        ]);
+        assert_eq!((lock.holder_count, held_on), (1, 3));
+        assert_eq!(lock.holders[0].exp, 20);
+        let last = lock.last_run.unwrap();
+        assert_eq!((last.fence, last.exit), (6, Some(0)));
+
+        let (lock, held_on) = merged(vec![
+            state(vec![holder(8, 30)], None),
+            state(vec![holder(9, 30)], None),
+            state(Vec::new(), Some(over(6, "released", Some(3)))),
+        ]);
+        assert_eq!((lock.holder_count, held_on), (0, 2));
+        assert_eq!(lock.last_fence, Some(9));
+        assert_eq!(lock.last_run.unwrap().exit, Some(3));
     }
 }
