@@ -147,14 +147,14 @@ if first_in_line and not refused and admitted(request, lock) then
 end
 
 -- The first two in line watch the earliest expiry among the holders (and call every HEAR_MS,
--- see below); the first HEAD_PLACES call every third of their head lease (which drops the dead ones ahead of them as they
--- lapse); behind them, a waiter looks once per place between it and them, every third of a
--- head lease (so the calls of a long idle queue grow only with the log of its length), at
--- least every third of the entry ttl (and of the lease it asked for, in the first
--- AHEAD_PLACES), and once the head lease of the places ahead of it lapsed when this call gave
--- it to them (lease_through). With more dead entries at the head than one call examines,
--- everyone calls again soon. The entry keeps when its waiter is due to call (`due`): one
--- moving into the first places on time needs no wake-up (lease_head).
+-- see below); the first HEAD_PLACES call every third of their head lease (which drops the
+-- dead ones ahead of them as they lapse); behind them, a waiter looks once per place between
+-- it and them, every third of a head lease (so the calls of a long idle queue grow only with
+-- the log of its length), at least every third of the entry ttl (and of the lease it asked
+-- for, in the first AHEAD_PLACES), and once the head lease of the places ahead of it lapsed
+-- when this call gave it to them (lease_through). With more dead entries at the head than one
+-- call examines, everyone calls again soon. The entry keeps when its waiter is due to call
+-- (`due`): one moving into the first places on time needs no wake-up (lease_head).
 local function hint_at(position)
   local _, earliest = first_holder(lock)
   local hint = math.floor(entry_ttl / 3)
