@@ -49,7 +49,10 @@ local AHEAD_PLACES = 64
 -- that sees it deletes the list and the grant together, and the lock passes on (see
 -- unheard_grant). The waiter can then never take that grant: the wake-up is gone, and its own
 -- call would find neither the grant nor its place. A waiter that polls instead of blocking
--- (its user may not BLPOP) claims its grant by a call within this (it calls every 500 ms).
+-- (its user may not BLPOP) claims its grant by a call: every 500 ms plus a round trip, so
+-- over a link slower than about 100 ms it may lose a grant (and queue again), as a polling
+-- `acquire` may lose its claim grant. (A failover to a replica that had the grant but not yet
+-- the waiter's pop would take back a grant in use: the two are one event loop apart.)
 local HEAR_MS = 600
 -- A lock's history keeps its last HISTORY_CAP holds (by fence), and lives HISTORY_TTL_MS past
 -- its last change, unless its holders asked for another retention (`keep` holds, `keep_ms`;

@@ -490,3 +490,40 @@ fn set_slot_of_k<'a>(cluster: &'a Cluster, state: &str) -> (&'a RedisServer, &'a
     ]);
     (owner, other)
 }
+
+/// On a Cluster, as the README's user, a dead `run` waiter handed the lock costs the queue about
+/// 0.6 s (its wake list read and deleted from the script, in the lock's slot), not its 5 s
+/// grant.
+#[test]
+fn a_dead_run_waiters_grant_is_taken_back_on_a_cluster() {
+    let cluster = Cluster::start(0);
+    let token = as_locker(&cluster, &["acquire", "--key", "job", "--ttl", "60s"]).run();
+    token.code(0);
+    let token = token.stdout.trim().to_owned();
+    let node = cluster.node_of("redlock:{job}:queue");
+    let queued = || node.cmd::<usize>(&["ZCARD", "redlock:{job}:queue"]);
+    let dead = as_locker(
+        &cluster,
+        &["run", "--key", "job", "--wait", "30s", "--", "sleep", "300"],
+    )
+    .spawn();
+    assert!(wait_until(Duration::from_secs(10), || queued() == 1));
+    let live = as_locker(
+        &cluster,
+        &["run", "--key", "job", "--wait", "30s", "--", "true"],
+    )
+    .spawn();
+    assert!(wait_until(Duration::from_secs(10), || queued() == 2));
+    dead.signal("KILL");
+    let _ = dead.wait(Duration::from_secs(5));
+    let released = std::time::Instant::now();
+    as_locker(&cluster, &["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    live.wait(Duration::from_secs(20)).code(0);
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "the live run exited {took:?} after the release"
+    );
+}
