@@ -657,6 +657,37 @@ fn a_grant_is_no_longer_than_the_lease_asked_for() {
     assert_eq!(grants, [1000, 5000]);
 }
 
+/// Takes `lock` exclusively, queues `count` `run` waiters (exclusive, 60 s) behind the
+/// holder and releases it: the first waiter is handed the lock. Returns the waiters.
+fn hand_over_to_queued_runs(
+    con: &mut Session,
+    lock: &Lock,
+    who: &Identity,
+    count: usize,
+) -> Vec<Waiter> {
+    let exclusive = |token| request(token, Duration::from_secs(60), Mode::Exclusive, who);
+    let holder = Token::generate();
+    assert!(matches!(
+        lock.acquire(con, &exclusive(&holder), Queueing::No)
+            .unwrap(),
+        Acquisition::Acquired(_)
+    ));
+    let waiters: Vec<Waiter> = (0..count).map(|_| Waiter::new()).collect();
+    for waiter in &waiters {
+        assert!(matches!(
+            lock.acquire(con, &exclusive(&waiter.token), Queueing::Join(waiter))
+                .unwrap(),
+            Acquisition::Busy { .. }
+        ));
+    }
+    assert_eq!(
+        lock.release(con, &holder, Duration::ZERO, &Ending::default())
+            .unwrap(),
+        Release::Released
+    );
+    waiters
+}
+
 /// A waiter next in line that is due to call before the new holder's grant ends (every waiter
 /// in the first places calls within a second) is not woken to watch it: its call comes first,
 /// and in a queue that drains faster it is handed the lock before then. That call tells it
@@ -667,27 +698,9 @@ fn the_next_in_line_is_not_woken_to_watch_a_grant_it_outlives_by_its_own_call() 
     let mut con = session(&server);
     let lock = lock("next");
     let who = Identity::current("scale-test");
-    let holder = Token::generate();
     let exclusive = |token| request(token, Duration::from_secs(60), Mode::Exclusive, &who);
-    assert!(matches!(
-        lock.acquire(&mut con, &exclusive(&holder), Queueing::No)
-            .unwrap(),
-        Acquisition::Acquired(_)
-    ));
     // `run` waiters: a grant of 5 s, past the second within which the next one calls.
-    let waiters: Vec<Waiter> = (0..2).map(|_| Waiter::new()).collect();
-    for waiter in &waiters {
-        assert!(matches!(
-            lock.acquire(&mut con, &exclusive(&waiter.token), Queueing::Join(waiter))
-                .unwrap(),
-            Acquisition::Busy { .. }
-        ));
-    }
-    assert_eq!(
-        lock.release(&mut con, &holder, Duration::ZERO, &Ending::default())
-            .unwrap(),
-        Release::Released
-    );
+    let waiters = hand_over_to_queued_runs(&mut con, &lock, &who, 2);
     let wake = |waiter: &Waiter, con: &mut Session| {
         lock.wait_for_wake(con, waiter, Duration::from_millis(100))
             .unwrap()
@@ -794,22 +807,7 @@ fn an_unheard_grant_goes_with_its_wake_up_and_a_heard_one_stays() {
     let lock = lock("unheard");
     let who = Identity::current("scale-test");
     let exclusive = |token| request(token, Duration::from_secs(60), Mode::Exclusive, &who);
-    let holder = Token::generate();
-    assert!(matches!(
-        lock.acquire(&mut con, &exclusive(&holder), Queueing::No)
-            .unwrap(),
-        Acquisition::Acquired(_)
-    ));
-    let waiters: Vec<Waiter> = (0..3).map(|_| Waiter::new()).collect();
-    for waiter in &waiters {
-        assert!(matches!(
-            lock.acquire(&mut con, &exclusive(&waiter.token), Queueing::Join(waiter))
-                .unwrap(),
-            Acquisition::Busy { .. }
-        ));
-    }
-    lock.release(&mut con, &holder, Duration::ZERO, &Ending::default())
-        .unwrap();
+    let waiters = hand_over_to_queued_runs(&mut con, &lock, &who, 3);
     // waiters[0] never listens; 650 ms on, waiters[1]'s look takes its grant back and, first
     // in line, the lock.
     std::thread::sleep(Duration::from_millis(650));
