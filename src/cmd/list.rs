@@ -69,9 +69,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
 }
 
 /// The table of held locks: the lock as a whole, then its first holder (the holder's own
-/// mode column left out); in quorum mode the masters where it is held, of `of`, and a lock
-/// held on fewer than a majority too (a leftover of an acquisition that failed: `inspect`
-/// shows each master's holder), as held by nobody.
+/// mode column left out); in quorum mode the masters where it is held, of `of`.
 fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
     let mut header = ["KEY", "MODE", "HOLDERS", "WAITERS"]
         .map(str::to_owned)
@@ -82,17 +80,12 @@ fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
     for (state, held_on) in locks {
-        if state.holder_count == 0 && (of.is_none() || *held_on == 0) {
+        if state.holder_count == 0 {
             continue;
         }
-        let mode = if state.holder_count == 0 {
-            "on a minority only".to_owned()
-        } else {
-            mode_summary(state)
-        };
         let mut row = vec![
             printable(state.name.as_str()),
-            mode,
+            mode_summary(state),
             state.holder_count.to_string(),
             state.queue_length.to_string(),
         ];

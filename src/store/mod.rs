@@ -133,41 +133,34 @@ impl Store {
         }
     }
 
-    /// Every lock under `prefix` in `scope`, each once. In quorum mode each lock as a quorum
-    /// has it (held by the fences a majority of the masters hold, its latest holds the newest
-    /// any master recorded: `quorum::merge_listed`), with the number of masters where anyone
-    /// holds it; a master that did not answer is warned of, fewer than a majority is an error.
+    /// Every lock under `prefix` in `scope`, each once. In quorum mode a lock is listed as the
+    /// first master that has it shows it, with the number of masters where it is held; a
+    /// master that did not answer is warned of, fewer than a majority is an error.
     pub(crate) fn list(&self, prefix: &Prefix, scope: Scope, log: Log) -> anyhow::Result<Listed> {
-        match self {
-            Store::One(target) => {
-                let listing = list(connect(target, log)?, prefix, scope)?;
-                Ok(Listed {
-                    locks: listing
-                        .locks
-                        .into_iter()
-                        .map(|state| {
-                            let held = usize::from(state.holder_count > 0);
-                            (state, held)
-                        })
-                        .collect(),
-                    masters: None,
-                    skipped: listing.skipped,
-                })
-            }
-            Store::Quorum(quorum) => {
-                let mut skipped = Vec::new();
-                let mut states = Vec::new();
-                for listing in quorum.list(prefix, scope, log)? {
-                    skipped.extend(listing.skipped);
-                    states.extend(listing.locks);
+        let (listings, masters) = match self {
+            Store::One(target) => (vec![list(connect(target, log)?, prefix, scope)?], None),
+            Store::Quorum(quorum) => (quorum.list(prefix, scope, log)?, Some(quorum.len())),
+        };
+        let mut listed = Listed {
+            locks: Vec::new(),
+            masters,
+            skipped: Vec::new(),
+        };
+        for listing in listings {
+            listed.skipped.extend(listing.skipped);
+            for state in listing.locks {
+                let held = usize::from(state.holder_count > 0);
+                match listed
+                    .locks
+                    .iter_mut()
+                    .find(|(seen, _)| seen.name == state.name)
+                {
+                    Some((_, count)) => *count += held,
+                    None => listed.locks.push((state, held)),
                 }
-                Ok(Listed {
-                    locks: quorum::merge_listed(states, quorum.majority()),
-                    masters: Some(quorum.len()),
-                    skipped,
-                })
             }
         }
+        Ok(listed)
     }
 
     /// Removes every holder of `lock` (`why` goes into its history). In quorum mode on every

@@ -23,7 +23,7 @@ mod reads;
 
 use fan_out::{Master, WithContextOf};
 
-pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, merge_listed, refusal};
+pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, refusal};
 
 /// N independent masters (N odd, at least 3).
 pub(crate) struct Quorum {
