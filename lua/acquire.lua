@@ -180,9 +180,8 @@ local function hint_at(position)
     hint = math.min(hint, HEAR_MS)
     if earliest then
       local look_at = earliest[2].exp
-      if earliest[2].wid and earliest[2].granted and earliest[2].since + HEAR_MS > now then
-        look_at = math.min(look_at, earliest[2].since + HEAR_MS)
-      end
+      local known_at = hear_by(earliest[2])
+      if known_at and known_at > now then look_at = math.min(look_at, known_at) end
       hint = math.min(hint, look_at - now)
     end
   end

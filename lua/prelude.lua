@@ -781,8 +781,18 @@ local function entry_life(position, entry_ttl)
 end
 
 -- Whether a queue entry's waiter claims a grant with a call of its own (a waiting `acquire`).
-local function record_claims(entry)
+local function claims_grant(entry)
   return type(entry.claim) == 'number' and entry.claim > 0
+end
+
+-- When it can be known whether the waiter of holder `record` heard of its grant (see HEAR_MS):
+-- nil unless the record is a grant to a waiter that starts on it (`wid`, a waiter id as
+-- redlock makes them: a record edited by hand names no other key).
+local function hear_by(record)
+  if not record.granted or type(record.wid) ~= 'string' or not token_shaped(record.wid, 16) then
+    return nil
+  end
+  return record.since + HEAR_MS
 end
 
 -- The holder whose lease ends first, when it is a grant its waiter has not heard of (see
@@ -793,11 +803,8 @@ local function unheard_grant(lock, caller)
   local refused, first = first_holder(lock)
   if refused or not first or first[1] == caller then return nil end
   local record = first[2]
-  -- (A waiter id as redlock makes them: a record edited by hand names no other key.)
-  if not record.granted or type(record.wid) ~= 'string' or not token_shaped(record.wid, 16) or
-    lock.now < record.since + HEAR_MS then
-    return nil
-  end
+  local known_at = hear_by(record)
+  if not known_at or lock.now < known_at then return nil end
   local ok, found = pcall(redis.call, 'TYPE', wake_key(lock.key, record.wid))
   if ok and found['ok'] == 'list' then return first end
   return nil
@@ -873,12 +880,12 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     if type(entry.ttl) == 'number' and entry.ttl > 0 and entry.ttl < grant then length = entry.ttl end
     -- A waiter that claims its grant with a call of its own (acquire) does so at once: a grant
     -- it has not claimed within `claim` is a dead waiter's, and lapses for the next in line.
-    if record_claims(entry) and entry.claim < length then length = entry.claim end
+    if claims_grant(entry) and entry.claim < length then length = entry.claim end
     local record = holder_record(entry, next_fence(lock), lock.now, length)
     -- Until its waiter claims or renews it: who holds the lock is then "being handed over".
     record.granted = true
     -- A waiter that starts on the grant (no `claim`) is heard from by its wake list: see HEAR_MS.
-    if not record_claims(entry) then record.wid = id end
+    if not claims_grant(entry) then record.wid = id end
     local json = put_holder(lock, entry.tok, record, true)
     -- Grants are as long as each waiter asked, at most: the shortest ends first.
     if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end

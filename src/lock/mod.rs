@@ -51,9 +51,10 @@ pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(120);
 /// extends it, `acquire` claims the full lease at once (and is handed a [`CLAIM_GRANT`]). A
 /// `run` waiter that died before its turn never takes the grant's wake-up off its list, and
 /// the first look after 600 ms takes the grant back (`HEAR_MS` in `lua/prelude.lua`); one that
-/// died just after taking it costs the queue this long at most. Long enough for a host that stalls the new holder for a second or two as its
-/// command starts (1.2 s was seen while 1,000 holders exited at once on 2 CPUs: with a 2 s
-/// grant the command was stopped as soon as it started, exit 125; docs/queue-scale.md).
+/// died just after taking it costs the queue this long at most. Long enough for a host that
+/// stalls the new holder for a second or two as its command starts (1.2 s was seen while 1,000
+/// holders exited at once on 2 CPUs: with a 2 s grant the command was stopped as soon as it
+/// started, exit 125; docs/queue-scale.md).
 pub const GRANT: Duration = Duration::from_secs(5);
 
 /// The grant of a waiter that claims a lock handed over with a call of its own ([`Waiter`]'s

@@ -20,8 +20,8 @@ fn queued(server: &RedisServer) -> usize {
 }
 
 /// Holds `job`, queues `dead` waiting `kind`s (`acquire`, or `run` of `sleep 300`) and a live
-/// one of that kind behind them (a `run` of `true`), kills the `dead` ones with SIGKILL (a CI runner's
-/// timeout, an OOM kill), releases; returns how long the key then sat without the live waiter
+/// one of that kind behind them (a `run` of `true`), kills the `dead` ones with SIGKILL (a CI
+/// runner's timeout, an OOM kill), releases; returns how long the key then sat without the live waiter
 /// holding it (its exit code counted in `tally`).
 fn idle_behind_dead_waiters(tally: &mut Tally, kind: &str, dead: usize) -> Duration {
     let server = RedisServer::start();
