@@ -12,19 +12,31 @@ history is full and the scripts are cached), then 0 or --runs measured cycles, a
 (total of the second - total of the first) / --runs: what one cycle costs the server, its
 connection's accept and close included. Nothing here asserts.
 
+Two more rows show how low redlock's cycle could go while its data stay what they are (the
+floor). Both replay the two EVALSHA calls of the first build's cycle, as captured with MONITOR
+(the same keys and arguments, a fresh token each cycle), with other scripts in place of lua/:
+  - "inputs alone": scripts that only `return 1`, the cost of passing redlock's keys and
+    arguments;
+  - "the data's commands alone": scripts that make the commands of an uncontended run cycle
+    on a lock with a history (tests/script_calls.rs, row "run -- true") on the same keys, with
+    records of the same size, and nothing else: no check of what is there, no ACL question,
+    no JSON, no prelude.
+
 Usage: cargo build --release --locked --target x86_64-unknown-linux-musl
-       python3 benches/script_instructions.py [--redlock PATH ...] [--runs N] [--redis-server PATH]
+       python3 benches/script_instructions.py [--redlock PATH ...] [--runs N] [--redis-server PATH] [--no-floor] [--parts]
 Prints a Markdown table. Needs valgrind. A run of the defaults takes about two minutes.
 """
 
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from queue_scale import Client, free_port  # noqa: E402
@@ -84,6 +96,121 @@ def redlock_cycle(binary):
     return cycle
 
 
+# The uncontended run cycle's commands (tests/script_calls.rs, "run -- true: acquire and
+# release, a lock with a history"), on the keys of acquire.lua's inputs in their order (holders,
+# leases, fence, queue, waiters, wake, cancel, history), with the same records redlock writes.
+FLOOR_ACQUIRE = """
+local time = redis.call('TIME')
+local now, fence = time[1] .. string.sub(time[2], 1, 3), time[1] .. time[2]
+redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], KEYS[5])
+redis.call('GET', KEYS[3])
+redis.call('ZCARD', KEYS[8])
+redis.call('ZRANGE', KEYS[8], -1, -1)
+redis.call('GET', KEYS[7])
+redis.call('SET', KEYS[3], fence)
+local record = '{"tok":"' .. ARGV[1] .. '","mode":"exclusive","since":' .. now .. ',"exp":' ..
+  now .. ',"fence":"' .. fence .. '","host":"vm","pid":32079,"user":"root","cmd":"true","ttl":30000}'
+redis.call('HSET', KEYS[1], ARGV[1], record)
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], now + 30000)
+redis.call('PEXPIREAT', KEYS[2], now + 30000)
+redis.call('ZADD', KEYS[8], fence, record)
+redis.call('PEXPIRE', KEYS[8], 2592000000)
+return {1, fence, now}
+"""
+FLOOR_RELEASE = """
+local time = redis.call('TIME')
+redis.call('EXISTS', KEYS[4], KEYS[5])
+redis.call('HLEN', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('ZCARD', KEYS[8])
+local record = redis.call('HGET', KEYS[1], ARGV[2]) or '{}'
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', '+inf', 'LIMIT', 0, 1)
+if oldest[1] then redis.call('ZREM', KEYS[8], oldest[1]) end
+redis.call('ZADD', KEYS[8], time[1] .. time[2],
+  string.sub(record, 1, -2) .. ',"ended":' .. time[1] .. ',"outcome":"released","exit":0}')
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PEXPIRE', KEYS[8], 2592000000)
+return 1
+"""
+
+
+def captured_calls(binary, server):
+    """The two EVALSHA calls (numkeys and what follows) of one `run -- true` cycle of `binary`,
+    on a lock with a history, as MONITOR shows them; and the token in them."""
+    with tempfile.TemporaryDirectory(prefix="redlock-capture-") as workdir:
+        port = free_port()
+        process = subprocess.Popen(
+            [server, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            connect(port).close()
+            cycle = redlock_cycle(binary)
+            cycle(port)
+            monitor = subprocess.Popen(["redis-cli", "-p", str(port), "MONITOR"],
+                                       stdout=subprocess.PIPE, text=True)
+            try:
+                if monitor.stdout.readline().strip() != "OK":
+                    raise RuntimeError("redis-cli MONITOR did not start")
+                cycle(port)
+                calls = []
+                while len(calls) < 2:
+                    line = monitor.stdout.readline()
+                    if not line:
+                        raise RuntimeError("MONITOR ended before the cycle's two EVALSHA")
+                    words = shlex.split(line.split("]", 1)[1])
+                    if words[0].upper() == "EVALSHA":
+                        calls.append(words[2:])
+            finally:
+                monitor.kill()
+                monitor.wait()
+        finally:
+            process.kill()
+            process.wait()
+    acquire = calls[0]
+    token = acquire[1 + int(acquire[0])]
+    if not re.fullmatch(r"[0-9a-f]{32}", token):
+        raise RuntimeError(f"acquire's first argument is not a token: {token!r}")
+    return calls, token
+
+
+def replay_cycle(calls, token, acquire_text, release_text):
+    """A cycle on a fresh connection that makes `calls` (captured_calls) with these scripts."""
+    shas = {}
+
+    def cycle(port):
+        client = Client(port)
+        try:
+            if port not in shas:
+                shas[port] = [client.call("SCRIPT", "LOAD", text)
+                              for text in (acquire_text, release_text)]
+            fresh = uuid.uuid4().hex
+            for sha, call in zip(shas[port], calls):
+                client.call("EVALSHA", sha, *[word.replace(token, fresh) for word in call])
+        finally:
+            client.close()
+    return cycle
+
+
+def lua_texts(transform=lambda text: text, body=None):
+    """acquire.lua's and release.lua's texts as redlock sends them (the prelude first), each
+    file through `transform`; or the prelude followed by `body`."""
+    lua = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lua")
+
+    def read(name):
+        with open(os.path.join(lua, name)) as file:
+            return transform(file.read())
+    prelude = read("prelude.lua")
+    if body is not None:
+        return prelude + body, prelude + body
+    return prelude + read("acquire.lua"), prelude + read("release.lua")
+
+
+def without_acl(text):
+    return text.replace("redis.acl_check_cmd", "NO_ACL_CHECK").replace(
+        "-- prelude:", "local NO_ACL_CHECK = nil\n-- prelude:", 1)
+
+
 def seed_cycle():
     shas = {}
 
@@ -106,6 +233,10 @@ def main():
     parser.add_argument("--redlock", action="append", help="a build to measure (repeatable)")
     parser.add_argument("--runs", type=int, default=50, help="measured cycles per build")
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the two floor rows (the first build's calls replayed)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also replay lua/ whole, without ACL questions, and its prelude alone")
     args = parser.parse_args()
     builds = args.redlock or [RELEASED]
     if not shutil.which("valgrind"):
@@ -121,6 +252,21 @@ def main():
             total = server_instructions(args.redis_server, cycle(), args.runs, workdir)
             rows.append((name, (total - base) / args.runs))
             print(f"  {name}: {rows[-1][1]:,.0f}", file=sys.stderr, flush=True)
+        if not args.no_floor:
+            calls, token = captured_calls(builds[0], args.redis_server)
+            for name, texts in [
+                    ("inputs alone: the same two calls, scripts that `return 1`",
+                     ("return 1", "return 1")),
+                    ("the data's commands alone (the floor)", (FLOOR_ACQUIRE, FLOOR_RELEASE)),
+                    *([("lua/ replayed", lua_texts()),
+                       ("lua/ replayed, no ACL questions", lua_texts(without_acl)),
+                       ("lua/'s prelude alone, then `return 1`", lua_texts(body="\nreturn 1"))]
+                      if args.parts else [])]:
+                cycle = lambda texts=texts: replay_cycle(calls, token, *texts)
+                base = server_instructions(args.redis_server, cycle(), 0, workdir)
+                total = server_instructions(args.redis_server, cycle(), args.runs, workdir)
+                rows.insert(len(rows) - len(builds), (name, (total - base) / args.runs))
+                print(f"  {name}: {(total - base) / args.runs:,.0f}", file=sys.stderr, flush=True)
     seed = rows[0][1]
     print(f"\n{version}; {args.runs} measured cycles after {WARM_UP} warm-up cycles each, "
           "a fresh connection per cycle.\n")
