@@ -1,8 +1,10 @@
 -- inspect: read the state of one lock without changing it.
 -- Returns {now_ms, last_fence or false, {holder_json...}, {waiter_json...}, live_holders,
 -- queue_length, last_run_json or false, last_success_json or false}: up to max_holders live
--- holders (earliest expiry first) and up to max_waiters live waiters from the head of the
--- queue, in order (without their tokens); the number of live holders, and of entries in the
+-- holders (earliest expiry first; each record with `tid`, the first 16 hex digits of its
+-- token's SHA-1, which tells one acquisition on several masters from another without showing
+-- the token) and up to max_waiters live waiters from the head of the queue, in order (without
+-- their tokens); the number of live holders, and of entries in the
 -- queue (a dead waiter's entry counts until it reaches the head); the history entries of the
 -- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
 -- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
@@ -24,7 +26,12 @@ if live_count(lock) > 0 then
     for j = 1, #values do
       -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
       if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
-      if values[j] then holder_json[#holder_json + 1] = values[j] end
+      if values[j] then
+        -- (decode saw a JSON object: its text ends with the closing brace.)
+        local open = string.match(values[j], '^(.*)}%s*$')
+        holder_json[#holder_json + 1] = open and open .. ',"tid":"' ..
+          string.sub(redis.sha1hex(tokens[i + j - 1]), 1, 16) .. '"}' or values[j]
+      end
     end
   end
 end

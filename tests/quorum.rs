@@ -227,6 +227,114 @@ fn history_and_check_read_every_master_merged() {
         .one_line_error("masters answered");
 }
 
+/// `list`, `metrics` and `inspect`'s verdict read each lock as a majority of masters has it:
+/// a holder left on one master of three (a failed acquisition that could not give it back), or
+/// two holders of one fence on two masters (two contenders in one tenth of a second), is not a
+/// held lock; a run recorded by a majority is the last run, whatever one master recorded since.
+#[test]
+fn list_metrics_and_inspect_show_each_lock_as_a_majority_has_it() {
+    let masters = Masters::start(3);
+    masters
+        .redlock(&["acquire", "--key", "held", "--ttl", "60s"])
+        .run()
+        .code(0);
+    // A leftover: taken on the first master alone.
+    masters.servers[0]
+        .redlock(&["acquire", "--key", "leftover", "--ttl", "60s"])
+        .run()
+        .code(0);
+    // Two processes' holds with one fence, each on a master of its own (the counters set
+    // above the clock, so that each takes the next number).
+    for server in &masters.servers[..2] {
+        let _: () = server.cmd(&["SET", "redlock:{split}:fence", "9000000000000000"]);
+        server
+            .redlock(&["acquire", "--key", "split", "--ttl", "60s"])
+            .run()
+            .code(0);
+    }
+    // A run every master recorded (exit 0), then one on the first master alone (exit 5).
+    masters
+        .redlock(&["run", "--key", "ran", "--", "true"])
+        .run()
+        .code(0);
+    masters.servers[0]
+        .redlock(&["run", "--key", "ran", "--", "sh", "-c", "exit 5"])
+        .run()
+        .code(5);
+
+    let inspected = masters
+        .redlock(&["inspect", "--key", "split", "--json"])
+        .run();
+    inspected.code(0);
+    assert_eq!(
+        inspected.json()["verdict"],
+        "contested",
+        "{}",
+        inspected.stdout
+    );
+    masters
+        .redlock(&["inspect", "--key", "leftover"])
+        .run()
+        .code(1);
+
+    let listed = masters.redlock(&["list", "--json"]).run();
+    listed.code(0);
+    let locks = listed.json();
+    let lock = |name: &str| {
+        locks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|lock| lock["key"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {locks:#}"))
+            .clone()
+    };
+    for (name, holders, held_on) in [("held", 1, 3), ("leftover", 0, 1), ("split", 0, 2)] {
+        let lock = lock(name);
+        assert_eq!(
+            lock["holders"].as_array().map(Vec::len),
+            Some(holders),
+            "{lock:#}"
+        );
+        assert_eq!(lock["held_on"], held_on, "{lock:#}");
+    }
+    let table = masters.redlock(&["list"]).run();
+    table.code(0);
+    for (name, shown) in [("held", "3/3"), ("leftover", "1/3"), ("split", "2/3")] {
+        let line = table
+            .stdout
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{}", table.stdout));
+        assert!(line.contains(shown), "{line}");
+        assert_eq!(
+            line.contains("not held by a majority"),
+            name != "held",
+            "{line}"
+        );
+    }
+
+    let metrics = masters.redlock(&["metrics"]).run();
+    metrics.code(0);
+    for (line, wanted) in [
+        ("redlock_lock_held{key=\"held\",mode=\"exclusive\"}", "1"),
+        (
+            "redlock_lock_held{key=\"leftover\",mode=\"exclusive\"}",
+            "0",
+        ),
+        ("redlock_lock_held{key=\"split\",mode=\"exclusive\"}", "0"),
+        ("redlock_lock_holders{key=\"split\"}", "0"),
+        ("redlock_lock_last_exit_status{key=\"ran\"}", "0"),
+    ] {
+        let found = metrics
+            .stdout
+            .lines()
+            .find(|sample| sample.starts_with(line))
+            .unwrap_or_else(|| panic!("no {line}:\n{}", metrics.stdout));
+        assert_eq!(found.rsplit(' ').next(), Some(wanted), "{found}");
+    }
+}
+
 #[test]
 fn two_masters_down_of_five_still_works_three_down_is_unavailable_and_leaves_nothing() {
     let mut masters = Masters::start(5);

@@ -69,7 +69,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
 }
 
 /// The table of held locks: the lock as a whole, then its first holder (the holder's own
-/// mode column left out); in quorum mode the masters where it is held, of `of`.
+/// mode column left out); in quorum mode the masters where it has a live holder, of `of`,
+/// and the locks that some masters but no majority hold (leftovers of a failed acquisition,
+/// or a contested lock: `inspect` shows each master's holders).
 fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
     let mut header = ["KEY", "MODE", "HOLDERS", "WAITERS"]
         .map(str::to_owned)
@@ -80,12 +82,17 @@ fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
     header.extend(HOLDER_HEADER[1..].iter().map(|&name| name.to_owned()));
     let mut rows = vec![header];
     for (state, held_on) in locks {
-        if state.holder_count == 0 {
+        let minority_only = state.holder_count == 0 && of.is_some() && *held_on > 0;
+        if state.holder_count == 0 && !minority_only {
             continue;
         }
         let mut row = vec![
             printable(state.name.as_str()),
-            mode_summary(state),
+            if minority_only {
+                "not held by a majority".to_owned()
+            } else {
+                mode_summary(state)
+            },
             state.holder_count.to_string(),
             state.queue_length.to_string(),
         ];

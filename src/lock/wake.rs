@@ -25,7 +25,8 @@ pub enum Wake {
     Watch {
         expires: u64,
         length: usize,
-        holder: Option<Holder>,
+        /// Boxed: a record is most of the enum's size, and only this variant carries one.
+        holder: Option<Box<Holder>>,
     },
     /// The waiter moved into the first places of the queue, where its entry lives only a head
     /// lease past its last call: it must call by `by` (server time, Unix ms) unless handed the
@@ -46,7 +47,10 @@ impl Wake {
             (Some("w"), Some(expires), Some(length)) => Self::Watch {
                 expires,
                 length: usize::try_from(length).unwrap_or(usize::MAX),
-                holder: parts.next().and_then(|json| decode(json).ok()),
+                holder: parts
+                    .next()
+                    .and_then(|json| decode(json).ok())
+                    .map(Box::new),
             },
             _ => Self::Look,
         }

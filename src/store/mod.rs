@@ -37,7 +37,7 @@ pub(crate) enum View {
 
 /// The locks under a prefix (held, or with a history too: [`Scope`]), each once.
 pub(crate) struct Listed {
-    /// Each lock, and (quorum mode) on how many masters it is held.
+    /// Each lock, and (quorum mode) on how many masters it has a live holder.
     pub(crate) locks: Vec<(LockState, usize)>,
     /// Quorum mode: how many masters there are.
     pub(crate) masters: Option<usize>,
@@ -133,34 +133,35 @@ impl Store {
         }
     }
 
-    /// Every lock under `prefix` in `scope`, each once. In quorum mode a lock is listed as the
-    /// first master that has it shows it, with the number of masters where it is held; a
-    /// master that did not answer is warned of, fewer than a majority is an error.
+    /// Every lock under `prefix` in `scope`, each once. In quorum mode each lock as a majority
+    /// of masters has it, with the number of masters where it has a live holder; a master that
+    /// did not answer is warned of, fewer than a majority is an error.
     pub(crate) fn list(&self, prefix: &Prefix, scope: Scope, log: Log) -> anyhow::Result<Listed> {
-        let (listings, masters) = match self {
-            Store::One(target) => (vec![list(connect(target, log)?, prefix, scope)?], None),
-            Store::Quorum(quorum) => (quorum.list(prefix, scope, log)?, Some(quorum.len())),
-        };
-        let mut listed = Listed {
-            locks: Vec::new(),
-            masters,
-            skipped: Vec::new(),
-        };
-        for listing in listings {
-            listed.skipped.extend(listing.skipped);
-            for state in listing.locks {
-                let held = usize::from(state.holder_count > 0);
-                match listed
-                    .locks
-                    .iter_mut()
-                    .find(|(seen, _)| seen.name == state.name)
-                {
-                    Some((_, count)) => *count += held,
-                    None => listed.locks.push((state, held)),
-                }
+        match self {
+            Store::One(target) => {
+                let listing = list(connect(target, log)?, prefix, scope)?;
+                Ok(Listed {
+                    locks: listing
+                        .locks
+                        .into_iter()
+                        .map(|state| {
+                            let held = usize::from(state.holder_count > 0);
+                            (state, held)
+                        })
+                        .collect(),
+                    masters: None,
+                    skipped: listing.skipped,
+                })
+            }
+            Store::Quorum(quorum) => {
+                let (locks, skipped) = quorum.list(prefix, scope, log)?;
+                Ok(Listed {
+                    locks,
+                    masters: Some(quorum.len()),
+                    skipped,
+                })
             }
         }
-        Ok(listed)
     }
 
     /// Removes every holder of `lock` (`why` goes into its history). In quorum mode on every

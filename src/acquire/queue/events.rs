@@ -261,6 +261,7 @@ impl Acquirer<'_> {
                 length,
                 holder,
             }) if BootInstant::now() < reading.refresh_at() => {
+                let holder = holder.map(|holder| *holder);
                 // Never later than the last reply said: near the head that is a third of the
                 // head lease, which the waiter must keep calling within.
                 self.look_at = self

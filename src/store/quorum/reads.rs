@@ -4,7 +4,7 @@
 
 use crate::conn::Session;
 use crate::keys::Prefix;
-use crate::lock::{HistoryEntry, Holder, Listing, Lock, LockState, Scope, Unreadable, list};
+use crate::lock::{HistoryEntry, Holder, Lock, LockState, Scope, Unreadable, list};
 use crate::log::Log;
 
 use super::{Quorum, WithContextOf as _};
@@ -57,15 +57,9 @@ impl Quorum {
             .iter()
             .filter(|state| state.holder_count == 0)
             .count();
-        let mut fences: Vec<u64> = states
-            .iter()
-            .flat_map(|state| state.holders.iter().map(|holder| holder.fence))
-            .collect();
-        fences.sort_unstable();
-        let fence = fences
-            .iter()
-            .copied()
-            .find(|fence| fences.iter().filter(|other| *other == fence).count() >= majority);
+        let fence = majority_holders(&states, majority)
+            .first()
+            .map(|(holder, _)| holder.fence);
         let verdict = if fence.is_some() {
             Verdict::Held
         } else if free >= majority {
@@ -83,27 +77,45 @@ impl Quorum {
         })
     }
 
-    /// Each master's listing of the locks under `prefix` (a master that did not answer is
-    /// warned of); an error when fewer than a majority answered.
+    /// The locks under `prefix`, each as a majority of masters has it (`merged`), with the
+    /// number of masters where it has a live holder; and the keys skipped as foreign data. A
+    /// master that did not answer is warned of; fewer than a majority is an error.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn list(
         &self,
         prefix: &Prefix,
         scope: Scope,
         log: Log,
-    ) -> anyhow::Result<Vec<Listing>> {
+    ) -> anyhow::Result<(Vec<(LockState, usize)>, Vec<(String, anyhow::Error)>)> {
         let replies = self.each_session(|session| list(session, prefix, scope));
         let answered = replies.iter().filter(|reply| reply.is_ok()).count();
         if answered < self.majority() {
             return Err(self.too_few(answered, &replies));
         }
-        let mut listings = Vec::new();
+        let mut by_name: Vec<Vec<LockState>> = Vec::new();
+        let mut skipped = Vec::new();
         for (reply, url) in replies.into_iter().zip(self.shown()) {
-            match reply {
-                Ok(listing) => listings.push(listing),
-                Err(err) => log.warn(format_args!("master {url} did not answer ({err:#})")),
+            let listing = match reply {
+                Ok(listing) => listing,
+                Err(err) => {
+                    log.warn(format_args!("master {url} did not answer ({err:#})"));
+                    continue;
+                }
+            };
+            skipped.extend(listing.skipped);
+            for state in listing.locks {
+                match by_name.iter_mut().find(|seen| seen[0].name == state.name) {
+                    Some(seen) => seen.push(state),
+                    None => by_name.push(vec![state]),
+                }
             }
         }
-        Ok(listings)
+        let mut locks: Vec<(LockState, usize)> = by_name
+            .into_iter()
+            .map(|states| merged(states, self.majority()))
+            .collect();
+        locks.sort_by(|(a, _), (b, _)| a.name.as_str().cmp(b.name.as_str()));
+        Ok((locks, skipped))
     }
 
     /// Every master's history of `lock`, merged (see `Store::history`): the latest time a
@@ -172,6 +184,111 @@ impl Quorum {
                 })
                 .collect()
         })
+    }
+}
+
+/// Whether two masters' holder records are the same acquisition: one fence and one token
+/// (by its digest; two contenders can get one fence, as quorum fences are the clock to a
+/// tenth of a second, and can share a process: `acquire` records its caller's).
+fn same_hold(a: &Holder, b: &Holder) -> bool {
+    a.fence == b.fence && a.token_digest == b.token_digest
+}
+
+/// The holders that a majority of masters (`states`, one per master) have live, each once,
+/// with how many masters have it; in the order of the first master that has each.
+fn majority_holders<'a>(states: &[&'a LockState], majority: usize) -> Vec<(&'a Holder, usize)> {
+    let mut counted: Vec<(&Holder, usize)> = Vec::new();
+    for state in states {
+        let mut mine: Vec<&Holder> = Vec::new();
+        for holder in &state.holders {
+            if !mine.iter().any(|seen| same_hold(seen, holder)) {
+                mine.push(holder);
+            }
+        }
+        for holder in mine {
+            match counted.iter_mut().find(|(seen, _)| same_hold(seen, holder)) {
+                Some((_, count)) => *count += 1,
+                None => counted.push((holder, 1)),
+            }
+        }
+    }
+    counted.retain(|(_, count)| *count >= majority);
+    counted
+}
+
+/// One lock as a majority of masters has it, from the states of the masters that list it (a
+/// master that does not list it has no live holder and no history there): the holders a
+/// majority has; the latest run and success that a majority recorded (`agreed`); the highest
+/// fence, the latest clock, the first master's queue. With it, on how many masters it has a
+/// live holder: the majority's holder's count, or when no holder has a majority (leftovers of
+/// a failed acquisition, or a contested lock), the masters with any.
+fn merged(states: Vec<LockState>, majority: usize) -> (LockState, usize) {
+    let views: Vec<&LockState> = states.iter().collect();
+    let held = majority_holders(&views, majority);
+    let held_on = held.first().map_or_else(
+        || states.iter().filter(|state| state.holder_count > 0).count(),
+        |(_, count)| *count,
+    );
+    let holders: Vec<Holder> = held.iter().map(|(holder, _)| (*holder).clone()).collect();
+    let last_run = agreed(
+        states.iter().filter_map(|state| state.last_run.as_ref()),
+        majority,
+    );
+    let last_success = agreed(
+        states
+            .iter()
+            .filter_map(|state| state.last_success.as_ref()),
+        majority,
+    );
+    let now = states.iter().map(|state| state.now).max().unwrap_or(0);
+    let last_fence = states.iter().filter_map(|state| state.last_fence).max();
+    let mut unreadable = Vec::new();
+    for state in &states {
+        unreadable.extend(state.unreadable.iter().cloned());
+    }
+    let mut lock = states
+        .into_iter()
+        .next()
+        .expect("a lock is listed by a master");
+    lock.holder_count = holders.len();
+    lock.holders = holders;
+    lock.last_run = last_run;
+    lock.last_success = last_success;
+    lock.now = now;
+    lock.last_fence = last_fence;
+    lock.unreadable = unreadable;
+    (lock, held_on)
+}
+
+/// Of the masters' entries for one question (each master's latest run, or latest success), the
+/// newest hold a majority recorded, as the master that tells most of its end recorded it. When
+/// no hold has a majority (a master missed the latest while another recorded a hold the others
+/// never had), the newest that is not an acquisition given back.
+fn agreed<'a>(
+    entries: impl Iterator<Item = &'a HistoryEntry>,
+    majority: usize,
+) -> Option<HistoryEntry> {
+    let entries: Vec<&HistoryEntry> = entries.collect();
+    let best = |fence: u64| {
+        entries
+            .iter()
+            .filter(|entry| entry.fence == fence)
+            .max_by_key(|entry| told(entry))
+            .map(|entry| (*entry).clone())
+    };
+    let recorded_by_majority = entries
+        .iter()
+        .map(|entry| entry.fence)
+        .filter(|fence| entries.iter().filter(|other| other.fence == *fence).count() >= majority)
+        .max();
+    match recorded_by_majority {
+        Some(fence) => best(fence),
+        None => entries
+            .iter()
+            .filter(|entry| entry.outcome.as_deref() != Some("given back"))
+            .map(|entry| entry.fence)
+            .max()
+            .and_then(best),
     }
 }
 
