@@ -757,6 +757,40 @@ fn verbose_logs_steps_and_completions_generate() {
     }
 }
 
+/// A keeper is started with the lock's name and prefix as arguments: one that starts with `-`
+/// (a name `-deploy`, a prefix `-team:`) is a value, not a flag. Repro: the keeper did not
+/// start (its parse error went to /dev/null) and the lease ran out under a caller told it was
+/// kept.
+#[test]
+fn a_kept_lock_whose_name_and_prefix_start_with_a_dash_is_renewed() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&[
+            "acquire",
+            "--key=-deploy",
+            "--ttl",
+            "1s",
+            "--keep-alive",
+            "--json",
+        ])
+        .env("REDLOCK_PREFIX", "-team:")
+        .run();
+    out.code(0);
+    let token = out.json()["token"].as_str().unwrap().to_owned();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", "-team:{-deploy}:holders"]),
+        1,
+        "the lease was not renewed"
+    );
+    server
+        .redlock(&["release", "--key=-deploy"])
+        .env("REDLOCK_PREFIX", "-team:")
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(0);
+}
+
 /// `acquire --keep-alive`: a background keeper renews the lease until the lock is released
 /// with its token, until the watched process exits (then it releases), or until --max-hold
 /// (then the lease runs out); `$(...)` around acquire does not wait for it.

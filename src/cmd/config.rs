@@ -111,13 +111,12 @@ fn relaunch(
     url: &str,
     password: Option<&str>,
 ) -> (Vec<std::ffi::OsString>, Vec<(String, String)>) {
+    // Each value joined to its flag (`--prefix=-team:`): a separate word that starts with `-`
+    // would be parsed as a flag, and the keeper, whose errors nobody sees, would not start.
     let mut args: Vec<std::ffi::OsString> = vec![
-        "--prefix".into(),
-        global.prefix.clone().into(),
-        "--connect-timeout".into(),
-        format!("{}ms", global.connect_timeout.as_millis()).into(),
-        "--command-timeout".into(),
-        format!("{}ms", global.command_timeout.as_millis()).into(),
+        with_value("--prefix", global.prefix.as_ref()),
+        format!("--connect-timeout={}ms", global.connect_timeout.as_millis()).into(),
+        format!("--command-timeout={}ms", global.command_timeout.as_millis()).into(),
     ];
     let tls = &global.tls;
     for (flag, path) in [
@@ -126,11 +125,11 @@ fn relaunch(
         ("--tls-key", &tls.tls_key),
     ] {
         if let Some(path) = path {
-            args.extend([flag.into(), path.clone().into_os_string()]);
+            args.push(with_value(flag, path.as_os_str()));
         }
     }
     if let Some(name) = &tls.tls_server_name {
-        args.extend(["--tls-server-name".into(), name.into()]);
+        args.push(with_value("--tls-server-name", name.as_ref()));
     }
     if tls.tls_insecure {
         args.push("--tls-insecure".into());
@@ -140,6 +139,14 @@ fn relaunch(
         env.push(("REDLOCK_PASSWORD".to_owned(), password.to_owned()));
     }
     (args, env)
+}
+
+/// `--flag=value`, as one argument.
+pub(super) fn with_value(flag: &str, value: &std::ffi::OsStr) -> std::ffi::OsString {
+    let mut arg = std::ffi::OsString::from(flag);
+    arg.push("=");
+    arg.push(value);
+    arg
 }
 
 /// The TLS options given, if any; warns about a key others can read, and loudly about

@@ -69,16 +69,16 @@ pub(super) fn start(
     let mut command = Command::new(exe);
     command
         .args(args)
-        .args(["keep-alive", "--key", key])
-        .arg("--ttl")
-        .arg(format!("{}ms", ttl.as_millis()))
-        .arg("--max-hold")
-        .arg(format!("{}ms", max_hold.as_millis()));
+        .arg("keep-alive")
+        // (Values joined to their flags: a name that starts with `-` is not a flag.)
+        .arg(super::config::with_value("--key", key.as_ref()))
+        .arg(format!("--ttl={}ms", ttl.as_millis()))
+        .arg(format!("--max-hold={}ms", max_hold.as_millis()));
     if let Some(pid) = while_pid {
-        command.arg("--while-pid").arg(pid.to_string());
+        command.arg(format!("--while-pid={pid}"));
     }
     if let Some(count) = replicas {
-        command.arg("--replicas").arg(count.to_string());
+        command.arg(format!("--replicas={count}"));
     }
     command
         .envs(env.iter().map(|(name, value)| (name, value)))
