@@ -254,10 +254,24 @@ local function next_fence(lock)
   return fence
 end
 
+-- The reads that a lock's later calls make (a release, a renewal, a waiter's look): an
+-- acquisition asks about them with its writes (check_writes, `all`), or a user who may write
+-- but not read could take a lock it cannot let go of. Each once, of the key it reads most (an
+-- ACL that tells one lock's keys apart is asked about by the writes' questions); the script's
+-- own reads need no question (a denied one fails the script before its first write).
+local function later_reads_denied(key)
+  return denied('HLEN', key.holders) or denied('HGET', key.holders, 'f')
+    or denied('HMGET', key.holders, 'f') or denied('ZCARD', key.leases)
+    or denied('ZCOUNT', key.leases, '1', '2') or denied('ZRANGE', key.leases, '0', '1')
+    or denied('ZRANGEBYSCORE', key.leases, '1', '2') or denied('ZRANK', key.queue, 'm')
+    or denied('GET', key.fence) or denied('TYPE', key.wake) or denied('PTTL', key.queue)
+end
+
 -- Checks, before the first write, the writes a script that changes a lock will make, by what
 -- it will do (`does`): `put` holder records, `remove` some (or expired ones), `drop` both
 -- holder keys at once, take a `fence`, write the `history`, the `queue` (entries, places, the
--- caller's wake list and other waiters'), a give-up's `cancel` mark; or `all` of them. Each
+-- caller's wake list and other waiters'), a give-up's `cancel` mark; or `all` of them, and
+-- the reads of the lock's later calls (later_reads_denied). Each
 -- check costs the server time (about as much as a read): a release, a renewal, asks only
 -- about what it will write; an acquisition asks about `all`, so that a user who could not
 -- let go of a lock, or leave its queue, is refused before it takes or joins it. Returns nil,
@@ -280,6 +294,7 @@ local function check_writes(lock, does)
       or denied('DEL', key.wake) or denied('RPUSH', wake_key(key, '0'), 'v')
       or denied('PEXPIRE', wake_key(key, '0'), '1')))
     or ((all or does.cancel) and denied('SET', key.cancel, '1', 'PX', '1'))
+    or (all and later_reads_denied(key))
     or nil
 end
 

@@ -653,6 +653,42 @@ fn the_documented_minimal_acl_suffices_and_missing_permissions_exit_77() {
     );
 }
 
+/// A user who may take a lock but not read what letting it go reads is refused before it takes
+/// anything (77, nothing written), as one who may not make a release's writes is. Repro: a
+/// user without HLEN ran its command, its release failed ("could not release") and the lock
+/// stayed held for its whole lease.
+#[test]
+fn an_acquisition_is_refused_for_a_user_who_could_not_read_to_let_go() {
+    let server = RedisServer::start();
+    for command in [
+        "hlen",
+        "hget",
+        "hmget",
+        "zcard",
+        "zcount",
+        "zrange",
+        "zrangebyscore",
+        "zrank",
+        "get",
+        "type",
+        "pttl",
+    ] {
+        let rules = MINIMAL_ACL.replace(&format!(" +{command} "), " ");
+        assert_ne!(rules, MINIMAL_ACL, "{command} is not in the documented line");
+        let mut args = vec!["ACL", "SETUSER", command, "on", ">pw"];
+        args.extend(rules.split_whitespace());
+        server.cmd::<()>(&args);
+        server
+            .redlock(&["run", "--key", "k", "--", "true"])
+            .env("REDLOCK_URL", &format!("redis://{command}:pw@127.0.0.1:{}", server.port))
+            .run()
+            .code(77)
+            // (A read the acquisition makes itself is denied by Redis, in its own words.)
+            .one_line_error("");
+        assert!(server.keys_but_history().is_empty(), "{command}");
+    }
+}
+
 /// A Redis user that may not block (no BLPOP) still waits, by looking at the lock twice a
 /// second, with one warning: never a loop of script calls.
 /// Repro: a BLPOP refused with an error reply (renamed away, as some hardened
