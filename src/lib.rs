@@ -111,7 +111,7 @@ fn run_parsed(
             if json_asked {
                 log::set_format(log::Format::Json);
             }
-            return report_parse_error(&err, &args);
+            return report_parse_error(&err, &args, inherited);
         }
     };
     log::set_format(cli.global.log_format);
@@ -176,12 +176,24 @@ fn is_help(err: &clap::Error) -> bool {
     )
 }
 
-/// Prints help and version as clap does; turns a parse error into one line and exit 64.
-fn report_parse_error(err: &clap::Error, args: &[OsString]) -> u8 {
+/// Prints help and version as clap does (exit 74 when they cannot be written); turns a parse
+/// error into one line and exit 64.
+fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited) -> u8 {
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = err.print();
-            exit::OK
+            let written = if inherited.stdout_closed {
+                Err(cmd::STDOUT_CLOSED_ERROR.to_owned())
+            } else {
+                err.print()
+                    .map_err(|err| format!("writing to stdout: {err}"))
+            };
+            match written {
+                Ok(()) => exit::OK,
+                Err(why) => {
+                    log::error(why, exit::OUTPUT);
+                    exit::OUTPUT
+                }
+            }
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = err.print();

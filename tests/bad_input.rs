@@ -674,13 +674,19 @@ fn an_acquisition_is_refused_for_a_user_who_could_not_read_to_let_go() {
         "pttl",
     ] {
         let rules = MINIMAL_ACL.replace(&format!(" +{command} "), " ");
-        assert_ne!(rules, MINIMAL_ACL, "{command} is not in the documented line");
+        assert_ne!(
+            rules, MINIMAL_ACL,
+            "{command} is not in the documented line"
+        );
         let mut args = vec!["ACL", "SETUSER", command, "on", ">pw"];
         args.extend(rules.split_whitespace());
         server.cmd::<()>(&args);
         server
             .redlock(&["run", "--key", "k", "--", "true"])
-            .env("REDLOCK_URL", &format!("redis://{command}:pw@127.0.0.1:{}", server.port))
+            .env(
+                "REDLOCK_URL",
+                &format!("redis://{command}:pw@127.0.0.1:{}", server.port),
+            )
             .run()
             .code(77)
             // (A read the acquisition makes itself is denied by Redis, in its own words.)

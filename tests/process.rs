@@ -82,6 +82,40 @@ fn closed_standard_descriptors_do_not_break_the_lock() {
     }
 }
 
+/// What a command prints is output: a stdout the caller closed (`>&-`; std puts /dev/null in
+/// its place) or a full disk is exit 74 with one line, for every command that prints, help and
+/// version included. Repro: `metrics >&-`, `--version >&-`, `--help >/dev/full` exited 0.
+#[test]
+fn output_that_cannot_be_written_is_exit_74() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["acquire", "--key", "k", "--ttl", "30s"])
+        .run()
+        .code(0);
+    for args in [
+        &["metrics"][..],
+        &["list"],
+        &["inspect", "--key", "k"],
+        &["--version"],
+        &["--help"],
+        &["acquire", "--help"],
+        &["man", "run"],
+    ] {
+        server
+            .redlock(args)
+            .after_shell("exec 1>&-")
+            .run()
+            .code(74)
+            .one_line_error("writing to stdout: it is closed");
+        server
+            .redlock(args)
+            .after_shell("exec 1>/dev/full")
+            .run()
+            .code(74)
+            .one_line_error("writing to stdout: No space left on device");
+    }
+}
+
 /// A pipe whose reader is gone makes printing the token fail: the lock is given back (74).
 #[test]
 fn acquire_gives_the_lock_back_when_the_token_cannot_be_printed() {

@@ -18,6 +18,7 @@ mod run;
 
 mod config;
 mod output;
+pub(crate) use output::STDOUT_CLOSED_ERROR;
 mod request;
 
 use std::time::Duration;
@@ -41,6 +42,7 @@ use request::{ask, busy, lock_name, named};
 /// Runs the parsed command line.
 pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
     let Cli { global, command } = cli;
+    output::note_stdout_closed(inherited.stdout_closed);
     match &command {
         Command::Completions(args) => return completions::run(args),
         Command::Man(args) => return man::run(args),

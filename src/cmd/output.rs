@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::Context;
@@ -27,8 +27,24 @@ pub(super) fn print_json(json: &str) -> anyhow::Result<()> {
     write_stdout(&crate::log::json_text(json))
 }
 
+/// Whether redlock's caller closed stdout (`>&-`). std then opens /dev/null in its place,
+/// where every write succeeds: without this, what a command prints would be lost with exit 0.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Records, once at start, whether stdout was closed (`Inherited::stdout_closed`).
+pub(crate) fn note_stdout_closed(closed: bool) {
+    STDOUT_CLOSED.store(closed, Ordering::Relaxed);
+}
+
+/// The error of writing to a stdout the caller closed.
+pub(crate) const STDOUT_CLOSED_ERROR: &str =
+    "writing to stdout: it is closed (the output was lost)";
+
 /// Writes `text` and a newline to stdout as it is.
 pub(super) fn write_stdout(text: &str) -> anyhow::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Err(fail(Failure::Output, STDOUT_CLOSED_ERROR));
+    }
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())
