@@ -72,6 +72,15 @@ pub(crate) fn examine(
     Ok(exam.findings)
 }
 
+/// The server's `run_id` (`INFO server`), which tells two names of one server apart from two
+/// servers; `None` when it cannot be read.
+pub(crate) fn server_id(session: &mut Session) -> Option<String> {
+    let text = session
+        .run(|con| redis::cmd("INFO").arg("server").query::<String>(con))
+        .ok()?;
+    field(&text, "run_id")
+}
+
 /// A field of an `INFO` section.
 fn field(text: &str, name: &str) -> Option<String> {
     text.lines()

@@ -165,6 +165,24 @@ fn bad_quorums_are_refused_before_redis() {
     args.extend(["--".into(), "true".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Redlock::new(&args).run().code(0);
+    // One server named twice is not two independent masters: losing its data would lose two
+    // votes (repro: one server given twice of three let a second holder in after it restarted
+    // empty). Also under another name for the loopback address, or as another database.
+    let (first, second) = (three.servers[0].port, three.servers[1].port);
+    for urls in [
+        format!("redis://127.0.0.1:{first} redis://127.0.0.1:{first} redis://127.0.0.1:{second}"),
+        format!("redis://localhost:{first} redis://127.0.0.1:{second} redis://127.0.0.1:{first}"),
+        format!(
+            "redis://127.0.0.1:{first}/0 redis://127.0.0.1:{first}/1 redis://127.0.0.1:{second}"
+        ),
+    ] {
+        Redlock::new(&["run", "--key", "q", "--", "true"])
+            .env("REDLOCK_URL", &urls)
+            .run()
+            .code(64)
+            .one_line_error(&format!("names the server 127.0.0.1:{first} again"));
+    }
+    assert!(three.lock_keys().iter().all(Vec::is_empty));
 }
 
 /// `history` and `check` read every master's history, merged: a hold recorded on each master
@@ -765,6 +783,54 @@ fn the_minimal_acl_suffices_without_pubsub() {
         lines.iter().all(|line| line.starts_with("ok ")),
         "{lines:?}"
     );
+}
+
+/// `doctor` in quorum mode: one JSON document, each finding naming its master; a master down
+/// is a finding (a quorum works without it), fewer than a majority an error; one server named
+/// twice in ways the URLs cannot tell apart (a TCP port and its socket) is unsafe. Repro: three
+/// arrays one after another, none naming its master; exit 69 halfway through at one master
+/// down; the same server twice reported as fine.
+#[test]
+fn doctor_reads_every_master_into_one_report() {
+    let socket_dir = TempDir::new("socket");
+    let socket = socket_dir.path().join("redis.sock");
+    let socket = socket.to_str().unwrap();
+    let mut shared = RedisServer::start_with(&["--unixsocket", socket]);
+    let mut other = RedisServer::start();
+    let third = RedisServer::start();
+    let same_twice = format!("{} unix://{socket} {}", shared.url(), other.url());
+    let out = Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &same_twice)
+        .run();
+    out.code(1).stdout_contains(&format!(
+        "UNSAFE   independent  the same server as master {}",
+        shared.url()
+    ));
+
+    let urls = format!("{} {} {}", shared.url(), other.url(), third.url());
+    other.kill();
+    let out = Redlock::new(&["doctor", "--json"])
+        .env("REDLOCK_URL", &urls)
+        .run();
+    let findings = out.json();
+    let findings = findings.as_array().unwrap();
+    assert!(
+        findings.iter().all(|finding| finding["master"].is_string()),
+        "{findings:#?}"
+    );
+    let down: Vec<_> = findings
+        .iter()
+        .filter(|finding| finding["check"] == "reachable")
+        .collect();
+    assert_eq!(down.len(), 1, "{findings:#?}");
+    assert_eq!(down[0]["master"], other.url());
+    assert_eq!(down[0]["verdict"], "warning");
+    shared.kill();
+    Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &urls)
+        .run()
+        .code(69)
+        .one_line_error("only 1 of 3 masters answered");
 }
 
 /// Script calls (refused ones included) and connections `server` receives while `during`

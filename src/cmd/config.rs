@@ -94,10 +94,24 @@ fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow:
         if mixed && !is_tls(url) {
             access.tls = None;
         }
-        targets.push(
-            Target::new(url, access)
-                .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?,
-        );
+        let target = Target::new(url, access)
+            .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?;
+        // A quorum's masters must be independent: one server named twice (or two databases of
+        // one server) would be two votes lost with one server's data.
+        if let Some(twice) = target.places().into_iter().find(|place| {
+            targets
+                .iter()
+                .any(|other: &Target| other.places().contains(place))
+        }) {
+            return Err(fail(
+                Failure::Usage,
+                format!(
+                    "--redis {}: names the server {twice} again; quorum mode needs independent masters, each named once",
+                    crate::conn::redact_url(url)
+                ),
+            ));
+        }
+        targets.push(target);
     }
     Ok(Store::new(targets, command_timeout))
 }

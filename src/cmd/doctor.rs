@@ -10,13 +10,51 @@ use crate::lock::Lock;
 
 pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> {
     let targets = context.store.servers();
-    let mut findings = Vec::new();
+    let quorum = targets.len() > 1;
+    // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
+    let lock = Lock::new(&context.prefix, lock_name("doctor")?);
+    let mut examined: Vec<(&Target, Vec<doctor::Finding>)> = Vec::new();
+    let mut ids: Vec<(String, String)> = Vec::new();
+    let mut unreachable = Vec::new();
     for target in &targets {
-        if targets.len() > 1 && !args.json {
-            print_line(format_args!("master {}:", target.redacted()))?;
-        }
-        findings.extend(examine(context, args, target, targets.len() > 1)?);
+        let found = crate::store::connect(target, context.log).and_then(|mut session| {
+            let findings = doctor::examine(&mut session, &lock, quorum)?;
+            Ok((findings, doctor::server_id(&mut session)))
+        });
+        let findings = match found {
+            Ok((mut findings, id)) => {
+                if let Some(id) = id {
+                    findings.extend(same_server(&ids, &id));
+                    ids.push((id, target.redacted().to_owned()));
+                }
+                findings
+            }
+            // A quorum works while a majority answers: one master down is a finding.
+            Err(err) if quorum && crate::store::transient(&err) => {
+                unreachable.push(err);
+                vec![doctor::Finding {
+                    check: "reachable",
+                    verdict: Verdict::Warn,
+                    detail: format!(
+                        "{:#}: the quorum works while a majority answers, with one master fewer to lose",
+                        unreachable.last().expect("just pushed")
+                    ),
+                }]
+            }
+            Err(err) => return Err(err),
+        };
+        examined.push((target, findings));
     }
+    let answered = targets.len() - unreachable.len();
+    if quorum && answered <= targets.len() / 2 {
+        let first = unreachable.remove(0);
+        return Err(first.context(format!(
+            "only {answered} of {} masters answered",
+            targets.len()
+        )));
+    }
+    report(args, quorum, &examined)?;
+    let findings: Vec<&doctor::Finding> = examined.iter().flat_map(|(_, f)| f).collect();
     let found = |verdict: Verdict, subjects: &[&str]| {
         findings.iter().any(|finding| {
             finding.verdict == verdict && (subjects.is_empty() || subjects.contains(&finding.check))
@@ -31,22 +69,51 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
     })
 }
 
-/// Prints what one server does to the safety of locks, and returns the findings.
-/// `quorum`: `target` is one of a quorum's masters.
-fn examine(
-    context: &Context,
+/// The finding for a quorum's master whose `run_id` is `id`, when a master examined before it
+/// (in `ids`, with how it is shown) had the same: one server under two names, or as two
+/// databases. Losing its data would lose two votes.
+fn same_server(ids: &[(String, String)], id: &str) -> Option<doctor::Finding> {
+    let (_, first) = ids.iter().find(|(other, _)| other == id)?;
+    Some(doctor::Finding {
+        check: "independent",
+        verdict: Verdict::Unsafe,
+        detail: format!(
+            "the same server as master {first} (run_id {id}): a quorum's masters must be independent, or one server's lost data loses two votes"
+        ),
+    })
+}
+
+/// Prints the findings: lines under a header per master (in quorum mode), or one JSON array
+/// (each finding naming its master in quorum mode).
+fn report(
     args: &DoctorArgs,
-    target: &Target,
     quorum: bool,
-) -> anyhow::Result<Vec<doctor::Finding>> {
-    let mut session = crate::store::connect(target, context.log)?;
-    // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
-    let lock = Lock::new(&context.prefix, lock_name("doctor")?);
-    let findings = doctor::examine(&mut session, &lock, quorum)?;
+    examined: &[(&Target, Vec<doctor::Finding>)],
+) -> anyhow::Result<()> {
     if args.json {
-        print_json(&serde_json::to_string_pretty(&findings)?)?;
-    } else {
-        for finding in &findings {
+        #[derive(serde::Serialize)]
+        struct Shown<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            master: Option<&'a str>,
+            #[serde(flatten)]
+            finding: &'a doctor::Finding,
+        }
+        let shown: Vec<Shown<'_>> = examined
+            .iter()
+            .flat_map(|(target, findings)| {
+                findings.iter().map(|finding| Shown {
+                    master: quorum.then(|| target.redacted()),
+                    finding,
+                })
+            })
+            .collect();
+        return print_json(&serde_json::to_string_pretty(&shown)?);
+    }
+    for (target, findings) in examined {
+        if quorum {
+            print_line(format_args!("master {}:", target.redacted()))?;
+        }
+        for finding in findings {
             print_line(format_args!(
                 "{:<8} {:<12} {}",
                 finding.verdict.word(),
@@ -55,5 +122,5 @@ fn examine(
             ))?;
         }
     }
-    Ok(findings)
+    Ok(())
 }

@@ -103,6 +103,16 @@ impl Dial {
 impl Target {
     /// Parses `url` and checks `access` against it. Errors are usage errors that say why, and
     /// never contain a password.
+    /// Where the servers this target names are (`Address::place`): one for a server, each
+    /// sentinel's or seed's for the others.
+    pub fn places(&self) -> Vec<String> {
+        match &self.servers {
+            Servers::Single(address) => vec![address.place()],
+            Servers::Sentinel { sentinels, .. } => sentinels.iter().map(Address::place).collect(),
+            Servers::Cluster { seeds } => seeds.iter().map(Address::place).collect(),
+        }
+    }
+
     pub fn new(url: &str, access: Access) -> anyhow::Result<Self> {
         let url = RedisUrl::parse(url)
             .map_err(|why| fail(Failure::Usage, format!("not a Redis URL: {why}")))?;

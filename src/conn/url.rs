@@ -31,6 +31,34 @@ impl std::fmt::Display for Address {
     }
 }
 
+impl Address {
+    /// The server this address reaches, as far as it can be told without asking the network:
+    /// an IP address in its canonical form (any loopback address, and `localhost`, is
+    /// 127.0.0.1), a host name in lower case, a socket's path made absolute. Two addresses
+    /// with the same place are one server; two names of one server (DNS) are not told apart
+    /// here.
+    pub(crate) fn place(&self) -> String {
+        match self {
+            Address::Tcp { host, port } => {
+                let host = host.to_ascii_lowercase();
+                let host = match host.parse::<std::net::IpAddr>() {
+                    Ok(ip) if ip.is_loopback() => "127.0.0.1".to_owned(),
+                    Ok(ip) => ip.to_string(),
+                    Err(_) if host == "localhost" || host.ends_with(".localhost") => {
+                        "127.0.0.1".to_owned()
+                    }
+                    Err(_) => host.trim_end_matches('.').to_owned(),
+                };
+                format!("{host}:{port}")
+            }
+            Address::Unix(path) => std::path::absolute(path)
+                .unwrap_or_else(|_| path.clone())
+                .display()
+                .to_string(),
+        }
+    }
+}
+
 /// Which servers a URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
