@@ -157,7 +157,7 @@ impl Quorum {
             asked.acquire(session, &request, Queueing::No)
         });
         let round = Round::of(&replies);
-        if let Some(acquired) = self.confirm(lock, request, &round.granted, sent, limit) {
+        if let Some(acquired) = self.confirm(lock, request, &round, sent, limit) {
             return acquired;
         }
         self.give_back(lock, request, &replies, limit);
@@ -165,16 +165,18 @@ impl Quorum {
     }
 
     /// A majority granted the lock within its validity: the fence is the largest issued,
-    /// written back to the masters that issued a lower one, and the lock is held when a
-    /// majority has it at that fence, still within the validity.
+    /// written back to the masters that granted it (a master that did not answer the round is
+    /// not waited for again), and the lock is held when a majority has it at that fence,
+    /// still within the validity.
     fn confirm(
         &self,
         lock: &Lock,
         request: &Request<'_>,
-        granted: &[u64],
+        round: &Round,
         sent: BootInstant,
         limit: Duration,
     ) -> Option<Attempt> {
+        let granted = &round.granted;
         let valid = || validity(request.ttl, BootInstant::now().since(sent));
         let majority = self.majority();
         if granted.len() < majority || valid().is_zero() {
@@ -190,9 +192,11 @@ impl Quorum {
             granted.len()
         } else {
             let (lock, token) = (lock.clone(), request.token.clone());
-            self.fan_out(limit.min(valid()), move |session| {
-                lock.raise_fence(session, &token, fence)
-            })
+            self.fan_out_to_majority_of(
+                limit.min(valid()),
+                move |session| lock.raise_fence(session, &token, fence),
+                |index| round.granted_by.contains(&index),
+            )
             .iter()
             .filter(|reply| matches!(reply, Ok(true)))
             .count()
@@ -259,6 +263,7 @@ impl Quorum {
             granted,
             busy,
             not_held,
+            ..
         } = round;
         let answered = granted.len() + busy.len() + not_held;
         if request.reenter && not_held + busy.len() >= majority {
@@ -396,6 +401,8 @@ pub(crate) fn check_count(count: usize) -> Result<(), String> {
 struct Round {
     /// The fences of the masters that granted the lock.
     granted: Vec<u64>,
+    /// Those masters, by index.
+    granted_by: Vec<usize>,
     /// Each busy master's holder, server time and advice on when to look again.
     busy: Vec<(Option<Holder>, u64, Duration)>,
     /// Masters where the re-entered token holds nothing.
@@ -406,12 +413,16 @@ impl Round {
     fn of(replies: &[anyhow::Result<Acquisition>]) -> Self {
         let mut round = Round {
             granted: Vec::new(),
+            granted_by: Vec::new(),
             busy: Vec::new(),
             not_held: 0,
         };
-        for reply in replies {
+        for (index, reply) in replies.iter().enumerate() {
             match reply {
-                Ok(Acquisition::Acquired(lease)) => round.granted.push(lease.fence),
+                Ok(Acquisition::Acquired(lease)) => {
+                    round.granted.push(lease.fence);
+                    round.granted_by.push(index);
+                }
                 Ok(Acquisition::Busy {
                     holder, now, hint, ..
                 }) => round.busy.push((holder.clone(), *now, *hint)),

@@ -100,14 +100,26 @@ impl Quorum {
         limit: Duration,
         request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
     ) -> Vec<anyhow::Result<T>> {
+        self.fan_out_to_majority_of(limit, request, |_| true)
+    }
+
+    /// Like `fan_out_to_majority`, on the masters `chosen` by index only (the others' replies
+    /// are "no answer yet"): returns once every chosen master answered, or a majority did and
+    /// the rest did not within [`STRAGGLER_GRACE`].
+    pub(super) fn fan_out_to_majority_of<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
+        chosen: impl Fn(usize) -> bool,
+    ) -> Vec<anyhow::Result<T>> {
         // Every master on a helper, none on this thread: it waits for a majority only.
         let (mut results, replies) =
-            self.send_out(limit, move |_, session| request(session), |_| true, None);
+            self.send_out(limit, move |_, session| request(session), &chosen, None);
         let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
         let answered = |results: &[Option<anyhow::Result<T>>]| {
             results.iter().filter(|r| matches!(r, Some(Ok(_)))).count()
         };
-        while results.iter().any(Option::is_none) {
+        while (0..results.len()).any(|index| chosen(index) && results[index].is_none()) {
             if answered(&results) >= self.majority() {
                 // The rest get a moment (a healthy master answers in it, and its part of the
                 // lock goes too), not the whole limit.
