@@ -60,7 +60,7 @@ pub const EXAMPLES: &[(&str, &[&str])] = &[
         &[
             "token=$(redlock acquire --key deploy --ttl 10m) || exit",
             "./deploy.sh",
-            "redlock release --key deploy --token \"$token\"",
+            "REDLOCK_TOKEN=$token redlock release --key deploy   # not --token: argv is public",
         ],
     ),
     (
