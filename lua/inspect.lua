@@ -1,10 +1,10 @@
 -- inspect: read the state of one lock without changing it.
 -- Returns {now_ms, last_fence or false, {holder_json...}, {waiter_json...}, live_holders,
--- queue_length, last_run_json or false, last_success_json or false}: up to max_holders live
--- holders (earliest expiry first; each record with `tid`, the first 16 hex digits of its
--- token's SHA-1, which tells one acquisition on several masters from another without showing
--- the token) and up to max_waiters live waiters from the head of the queue, in order (without
--- their tokens); the number of live holders, and of entries in the
+-- queue_length, last_run_json or false, last_success_json or false, {holder_tid...}}: up to
+-- max_holders live holders (earliest expiry first), each with its `tid` in the last list at the
+-- same place (the first 16 hex digits of its token's SHA-1, which tells one acquisition on
+-- several masters from another without showing the token), and up to max_waiters live waiters
+-- from the head of the queue, in order (without their tokens); the number of live holders, and of entries in the
 -- queue (a dead waiter's entry counts until it reaches the head); the history entries of the
 -- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
 -- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
@@ -18,7 +18,7 @@ refused, lock = open_lock(key, {fence = true, unqueued = true})
 if refused then return refused end
 local now, max_holders, max_waiters = lock.now, tonumber(arg.max_holders), tonumber(arg.max_waiters)
 
-local holder_json = {}
+local holder_json, holder_tid = {}, {}
 if live_count(lock) > 0 then
   local tokens = redis.call('ZRANGEBYSCORE', key.leases, '(' .. int(now), '+inf', 'LIMIT', 0, max_holders)
   for i = 1, #tokens, 1000 do
@@ -27,10 +27,8 @@ if live_count(lock) > 0 then
       -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
       if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
       if values[j] then
-        -- (decode saw a JSON object: its text ends with the closing brace.)
-        local open = string.match(values[j], '^(.*)}%s*$')
-        holder_json[#holder_json + 1] = open and open .. ',"tid":"' ..
-          string.sub(redis.sha1hex(tokens[i + j - 1]), 1, 16) .. '"}' or values[j]
+        holder_json[#holder_json + 1] = values[j]
+        holder_tid[#holder_tid + 1] = string.sub(redis.sha1hex(tokens[i + j - 1]), 1, 16)
       end
     end
   end
@@ -76,4 +74,4 @@ if lock.history_count > 0 then
 end
 if last_success == true then last_success = false end
 return {now, lock.last_fence or false, holder_json, waiter_json, live_count(lock), lock.length,
-  last_run, last_success}
+  last_run, last_success, holder_tid}

@@ -1152,3 +1152,185 @@ fn masters_in_step_issue_one_fence_without_writing_it_back() {
         );
     }
 }
+
+/// More of what `list`, `metrics` and `inspect` make of masters that disagree (see
+/// `list_metrics_and_inspect_show_each_lock_as_a_majority_has_it`), from a review.
+mod majority_view {
+    use super::Masters;
+    use crate::util::{RedisServer, Redlock};
+
+    /// The URL of a server that is gone: a master that does not answer.
+    fn dead_url() -> String {
+        let mut server = RedisServer::start();
+        let url = server.url();
+        server.kill();
+        url
+    }
+
+    /// The value of the first sample of `metrics` that starts with `line`.
+    fn sample(metrics: &str, line: &str) -> String {
+        metrics
+            .lines()
+            .find(|sample| sample.starts_with(line))
+            .unwrap_or_else(|| panic!("no {line}:\n{metrics}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A lock taken on every master, its token.
+    fn take(masters: &Masters, key: &str) -> String {
+        let out = masters
+            .redlock(&["acquire", "--key", key, "--ttl", "60s", "--json"])
+            .run();
+        out.code(0);
+        out.json()["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Rewrites the holder record of `token` on every master through `change`.
+    fn change_records(
+        masters: &Masters,
+        key: &str,
+        token: &str,
+        change: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
+    ) {
+        let holders = format!("redlock:{{{key}}}:holders");
+        for server in &masters.servers {
+            let record: String = server.cmd(&["HGET", &holders, token]);
+            let mut record: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&record).unwrap();
+            change(&mut record);
+            let record = serde_json::Value::Object(record).to_string();
+            let _: () = server.cmd(&["HSET", &holders, token, &record]);
+        }
+    }
+
+    /// Two failed acquisitions, each on one master, given back under one fence: neither is the
+    /// last run, however many masters gave that fence.
+    #[test]
+    fn acquisitions_given_back_are_not_the_last_run() {
+        let masters = Masters::start(3);
+        let (first_dead, second_dead) = (dead_url(), dead_url());
+        masters
+            .redlock(&["run", "--key", "j", "--", "true"])
+            .run()
+            .code(0);
+        for server in &masters.servers[..2] {
+            let _: () = server.cmd(&["SET", "redlock:{j}:fence", "9000000000000000"]);
+            Redlock::new(&["acquire", "--key", "j", "--ttl", "60s"])
+                .env(
+                    "REDLOCK_URL",
+                    &format!("{} {first_dead} {second_dead}", server.url()),
+                )
+                .run()
+                .code(69);
+        }
+        let metrics = masters.redlock(&["metrics"]).run();
+        metrics.code(0);
+        assert_eq!(
+            sample(&metrics.stdout, "redlock_lock_last_exit_status{key=\"j\"}"),
+            "0"
+        );
+    }
+
+    /// A record with a field named as the token's digest (anyone may add fields): still the
+    /// same holder on every master. Repro: its digest was read from the record, twice.
+    #[test]
+    fn a_record_with_a_tid_field_is_still_a_holder() {
+        let masters = Masters::start(3);
+        let token = take(&masters, "u");
+        change_records(&masters, "u", &token, |record| {
+            record.insert("tid".into(), "x".into());
+        });
+        let table = masters.redlock(&["list"]).run();
+        table.code(0);
+        assert!(table.stdout.contains("3/3"), "{}", table.stdout);
+        assert!(
+            !table.stdout.contains("not held by a majority"),
+            "{}",
+            table.stdout
+        );
+        let metrics = masters.redlock(&["metrics"]).run();
+        assert_eq!(
+            sample(&metrics.stdout, "redlock_lock_holders{key=\"u\"}"),
+            "1"
+        );
+        masters.servers[0]
+            .redlock(&["inspect", "--key", "u"])
+            .run()
+            .code(0)
+            .stdout_contains("acquire");
+    }
+
+    /// A record this version cannot read (pid -1) on every master: held, records unshown, not
+    /// free or contested.
+    #[test]
+    fn an_unreadable_record_on_every_master_is_still_held() {
+        let masters = Masters::start(3);
+        let token = take(&masters, "p");
+        change_records(&masters, "p", &token, |record| {
+            record.insert("pid".into(), serde_json::json!(-1));
+        });
+        let table = masters.redlock(&["list"]).run();
+        assert!(
+            !table.stdout.contains("not held by a majority"),
+            "{}",
+            table.stdout
+        );
+        let metrics = masters.redlock(&["metrics"]).run();
+        assert_eq!(
+            sample(&metrics.stdout, "redlock_lock_holders{key=\"p\"}"),
+            "1"
+        );
+    }
+
+    /// The token's digest tells acquisitions apart and is shown nowhere.
+    #[test]
+    fn the_token_digest_is_not_shown() {
+        let masters = Masters::start(3);
+        take(&masters, "d");
+        for args in [
+            &["inspect", "--key", "d", "--json"][..],
+            &["inspect", "--key", "d"],
+            &["list", "--json"],
+            &["metrics"],
+        ] {
+            let out = masters.redlock(args).run();
+            assert!(!out.stdout.contains("tid"), "{args:?}: {}", out.stdout);
+        }
+        let out = masters.servers[0]
+            .redlock(&["inspect", "--key", "d", "--json"])
+            .run();
+        assert!(!out.stdout.contains("tid"), "{}", out.stdout);
+    }
+
+    /// MASTERS is where the majority's holder holds the lock, not where anyone does: a
+    /// leftover on the third master does not count.
+    #[test]
+    fn masters_counts_where_the_majoritys_holder_holds() {
+        let masters = Masters::start(3);
+        let urls = format!(
+            "{} {} {}",
+            masters.servers[0].url(),
+            masters.servers[1].url(),
+            dead_url()
+        );
+        Redlock::new(&["acquire", "--key", "h", "--ttl", "60s"])
+            .env("REDLOCK_URL", &urls)
+            .run()
+            .code(0);
+        masters.servers[2]
+            .redlock(&["acquire", "--key", "h", "--ttl", "60s"])
+            .run()
+            .code(0);
+        let table = masters.redlock(&["list"]).run();
+        let line = table
+            .stdout
+            .lines()
+            .find(|line| line.starts_with('h'))
+            .unwrap();
+        assert!(line.contains("2/3"), "{}", table.stdout);
+        assert!(!line.contains("not held by a majority"), "{}", table.stdout);
+    }
+}

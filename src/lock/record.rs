@@ -38,9 +38,10 @@ pub struct Holder {
     /// The pid of the keeper renewing it (`acquire --keep-alive`), on the same host.
     #[serde(default)]
     pub keeper: Option<u32>,
-    /// The first 16 hex digits of the SHA-1 of its token, which `inspect.lua` adds (the token
-    /// itself is never read back): tells one acquisition on several masters from another.
-    #[serde(default, rename = "tid")]
+    /// The first 16 hex digits of the SHA-1 of its token, which `inspect.lua` returns beside
+    /// the record (the token itself is never read back): tells one acquisition on several
+    /// masters from another. Not read from the record, where anyone could have put one.
+    #[serde(skip)]
     pub token_digest: Option<String>,
 }
 

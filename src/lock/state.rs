@@ -67,6 +67,7 @@ type InspectReply = (
     usize,
     Option<String>,
     Option<String>,
+    Vec<String>,
 );
 
 impl Lock {
@@ -99,11 +100,28 @@ impl Lock {
                 },
             )
         })?;
-        let (now, last_fence, holders, waiters, holder_count, queue_length, last_run, last_success) =
-            reply;
+        let (
+            now,
+            last_fence,
+            holders,
+            waiters,
+            holder_count,
+            queue_length,
+            last_run,
+            last_success,
+            digests,
+        ) = reply;
         let mut unreadable = Vec::new();
-        let mut holders: Vec<Holder> =
-            decode_each(&holders, &keys.holders, HOLDER_RECORD, &mut unreadable);
+        let mut holders: Vec<Holder> = holders
+            .into_iter()
+            .zip(digests.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .filter_map(|(json, digest)| {
+                let mut holder: Holder =
+                    decode_each(&[json], &keys.holders, HOLDER_RECORD, &mut unreadable).pop()?;
+                holder.token_digest = digest;
+                Some(holder)
+            })
+            .collect();
         holders.sort_by_key(|holder| (holder.since, holder.fence));
         let waiters = decode_each(&waiters, &keys.waiters, QUEUE_ENTRY, &mut unreadable);
         let mut last = |entry: Option<String>| {

@@ -37,7 +37,8 @@ pub(crate) enum View {
 
 /// The locks under a prefix (held, or with a history too: [`Scope`]), each once.
 pub(crate) struct Listed {
-    /// Each lock, and (quorum mode) on how many masters it has a live holder.
+    /// Each lock, and (quorum mode) on how many masters its majority's holder holds it (or,
+    /// held by no majority, how many have any live holder).
     pub(crate) locks: Vec<(LockState, usize)>,
     /// Quorum mode: how many masters there are.
     pub(crate) masters: Option<usize>,
@@ -134,8 +135,8 @@ impl Store {
     }
 
     /// Every lock under `prefix` in `scope`, each once. In quorum mode each lock as a majority
-    /// of masters has it, with the number of masters where it has a live holder; a master that
-    /// did not answer is warned of, fewer than a majority is an error.
+    /// of masters has it, with the number of masters that hold it (`Listed::locks`); a master
+    /// that did not answer is warned of, fewer than a majority is an error.
     pub(crate) fn list(&self, prefix: &Prefix, scope: Scope, log: Log) -> anyhow::Result<Listed> {
         match self {
             Store::One(target) => {

@@ -211,9 +211,9 @@ impl Quorum {
         })
     }
 
-    /// Not acquired: gives back what was taken, everywhere it may have been. A master that
-    /// granted it is released (its request is done); one that did not answer gets the token
-    /// given up (`lock.leave`), so that a request still on its way takes nothing.
+    /// Not acquired: gives back what was taken, everywhere it may have been (`lock.leave`): on a
+    /// master that granted it (its request is done), and with the token marked on one that did
+    /// not answer, so that a request still on its way takes nothing.
     fn give_back(
         &self,
         lock: &Lock,
@@ -239,12 +239,12 @@ impl Quorum {
         let lock = lock.clone();
         let _ = self.fan_out_where(
             limit,
+            // Left, not released: the history records the grant as given back, which is no
+            // run (`check`, `metrics`); only where the request may still be on its way is the
+            // token marked, so that it takes nothing when it runs.
             move |index, session| match give_back[index] {
                 None => Ok(()),
-                Some(true) => lock
-                    .release(session, &waiter.token, Duration::ZERO, &Ending::default())
-                    .map(drop),
-                Some(false) => lock.leave(session, &waiter, true),
+                Some(granted) => lock.leave(session, &waiter, !granted),
             },
             |index| chosen[index],
         );

@@ -218,10 +218,10 @@ fn majority_holders<'a>(states: &[&'a LockState], majority: usize) -> Vec<(&'a H
 
 /// One lock as a majority of masters has it, from the states of the masters that list it (a
 /// master that does not list it has no live holder and no history there): the holders a
-/// majority has; the latest run and success that a majority recorded (`agreed`); the highest
-/// fence, the latest clock, the first master's queue. With it, on how many masters it has a
-/// live holder: the majority's holder's count, or when no holder has a majority (leftovers of
-/// a failed acquisition, or a contested lock), the masters with any.
+/// majority has; the latest run and success the masters agree on (`agreed`); the highest
+/// fence, the latest clock, the first master's queue. With it, on how many masters its
+/// majority's holder holds it, or when no holder has a majority (leftovers of a failed
+/// acquisition, or a contested lock), how many have any live holder.
 fn merged(states: Vec<LockState>, majority: usize) -> (LockState, usize) {
     let views: Vec<&LockState> = states.iter().collect();
     let held = majority_holders(&views, majority);
@@ -230,6 +230,19 @@ fn merged(states: Vec<LockState>, majority: usize) -> (LockState, usize) {
         |(_, count)| *count,
     );
     let holders: Vec<Holder> = held.iter().map(|(holder, _)| (*holder).clone()).collect();
+    // Holders whose records cannot be read (counted by a master, not decoded) cannot be told
+    // apart: when a majority of masters has some, the lock counts as held, by as many as that
+    // majority has, with the records unshown (not as free: an acquisition would find it busy).
+    let mut unreadable_on: Vec<usize> = states
+        .iter()
+        .filter(|state| state.holder_count > state.holders.len())
+        .map(|state| state.holder_count)
+        .collect();
+    unreadable_on.sort_unstable_by(|a, b| b.cmp(a));
+    let holder_count = match unreadable_on.get(majority - 1) {
+        Some(&count) if holders.is_empty() => count,
+        _ => holders.len(),
+    };
     let last_run = agreed(
         states.iter().filter_map(|state| state.last_run.as_ref()),
         majority,
@@ -250,7 +263,7 @@ fn merged(states: Vec<LockState>, majority: usize) -> (LockState, usize) {
         .into_iter()
         .next()
         .expect("a lock is listed by a master");
-    lock.holder_count = holders.len();
+    lock.holder_count = holder_count;
     lock.holders = holders;
     lock.last_run = last_run;
     lock.last_success = last_success;
@@ -261,14 +274,16 @@ fn merged(states: Vec<LockState>, majority: usize) -> (LockState, usize) {
 }
 
 /// Of the masters' entries for one question (each master's latest run, or latest success), the
-/// newest hold a majority recorded, as the master that tells most of its end recorded it. When
-/// no hold has a majority (a master missed the latest while another recorded a hold the others
-/// never had), the newest that is not an acquisition given back.
+/// newest that a majority of masters gave, as the master that tells most of its end recorded
+/// it; when they differ (a master missed the latest, or recorded one the others never had), the
+/// newest any master gave. An acquisition given back (a round that fell short) is no run.
 fn agreed<'a>(
     entries: impl Iterator<Item = &'a HistoryEntry>,
     majority: usize,
 ) -> Option<HistoryEntry> {
-    let entries: Vec<&HistoryEntry> = entries.collect();
+    let entries: Vec<&HistoryEntry> = entries
+        .filter(|entry| entry.outcome.as_deref() != Some("given back"))
+        .collect();
     let best = |fence: u64| {
         entries
             .iter()
@@ -283,12 +298,7 @@ fn agreed<'a>(
         .max();
     match recorded_by_majority {
         Some(fence) => best(fence),
-        None => entries
-            .iter()
-            .filter(|entry| entry.outcome.as_deref() != Some("given back"))
-            .map(|entry| entry.fence)
-            .max()
-            .and_then(best),
+        None => entries.iter().map(|entry| entry.fence).max().and_then(best),
     }
 }
 
