@@ -61,10 +61,12 @@ if lock.history_count > 0 then
     local chunk = math.min(100, stop - done)
     local entries = redis.call('ZRANGE', key.history, -(done + chunk), -(done + 1))
     for i = #entries, 1, -1 do
+      -- (A member redlock did not write, added by hand, is passed over, as history.lua's
+      -- reader passes it over.)
       local entry = decode(entries[i])
-      if not entry then return foreign(key.history, 'holds a member') end
-      if not last_run and (entry.ended or entry.exp <= now) then last_run = entries[i] end
-      if not last_success and entry.ended and entry.outcome == 'released' and entry.exit == 0 then
+      if entry and not last_run and (entry.ended or entry.exp <= now) then last_run = entries[i] end
+      if entry and not last_success and entry.ended and entry.outcome == 'released' and
+        entry.exit == 0 then
         last_success = entries[i]
       end
       if last_run and last_success then break end

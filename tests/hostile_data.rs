@@ -6,6 +6,8 @@
 //! (list, inspect, history) cut fields too long to show, skip records they cannot read with a
 //! warning, and let no string from Redis or a server drive the terminal.
 
+use std::time::Duration;
+
 use crate::util::{RedisServer, Redlock};
 
 const HOLDERS: &str = "redlock:{job}:holders";
@@ -441,6 +443,39 @@ fn a_record_redlock_cannot_read_is_skipped_with_a_warning() {
     warned(&out, &[HOLDERS]);
     let left: i64 = server.cmd(&["EXISTS", HOLDERS]);
     assert_eq!(left, 0, "the unreadable holder was evicted too");
+}
+
+/// Members redlock did not write in a lock's history (added by hand: a JSON object that is no
+/// hold, and text that is no JSON) are skipped by every reader with a warning, as the writers
+/// go on beside them. Repro: `run` went on writing while `history` and `check` refused the
+/// whole history (64, "nothing was changed") and `inspect` of the held lock exited 64.
+#[test]
+fn members_redlock_did_not_write_in_a_history_are_skipped_by_its_readers() {
+    let server = RedisServer::start();
+    server.cmd::<()>(&["ZADD", HISTORY, "1", "no json", "5", r#"{"note":"hand"}"#]);
+    server
+        .redlock(&["run", "--key", "job", "--", "true"])
+        .run()
+        .code(0);
+    let out = server.redlock(&["history", "--key", "job", "--json"]).run();
+    out.code(0).stderr_contains(HISTORY);
+    assert_eq!(out.json().as_array().unwrap().len(), 1, "{}", out.stdout);
+    server
+        .redlock(&["check", "job", "--succeeded-within", "1h"])
+        .run()
+        .code(0);
+    let holder = server
+        .redlock(&["run", "--key", "job", "--", "sleep", "2"])
+        .spawn();
+    assert!(crate::util::wait_until(Duration::from_secs(5), || {
+        server.cmd::<i64>(&["EXISTS", HOLDERS]) == 1
+    }));
+    server
+        .redlock(&["inspect", "--key", "job"])
+        .run()
+        .code(0)
+        .stdout_contains("held");
+    holder.wait(Duration::from_secs(10)).code(0);
 }
 
 /// What a forged record carries to clear an operator's screen and retitle the terminal (OSC
