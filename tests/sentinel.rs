@@ -115,6 +115,17 @@ fn the_master_is_found_through_the_sentinels() {
     send_signal(set.sentinels[0].pid(), "CONT");
     out.code(0);
     assert!(out.elapsed < Duration::from_secs(3), "{:?}", out.elapsed);
+    // ... and asked last from then on: a run's renewals and release, whose bound (1 s) is
+    // shorter than the connect timeout it would wait out again, reach the master. Repro: "could
+    // not release lock (no answer within 1.0s)", the lock held for its whole lease.
+    send_signal(set.sentinels[0].pid(), "STOP");
+    let out = Redlock::new(&["run", "--key", "r", "--ttl", "30s", "--", "true"])
+        .env("REDLOCK_URL", &url)
+        .run();
+    send_signal(set.sentinels[0].pid(), "CONT");
+    out.code(0);
+    assert!(!out.stderr.contains("could not release"), "{}", out.stderr);
+    assert_eq!(set.master.cmd::<i64>(&["EXISTS", "redlock:{r}:holders"]), 0);
 
     // A service no sentinel knows.
     Redlock::new(&["inspect", "--key", "k"])

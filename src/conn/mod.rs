@@ -78,9 +78,45 @@ struct Dial {
     shown: String,
     connect_timeout: Duration,
     command_timeout: Duration,
+    /// Sentinels that left a request unanswered in this process: asked last from then on. A
+    /// stopped server (SIGSTOP, a hung VM) still accepts connections, so only the silence
+    /// tells, and each later request (every request asks the sentinels) would wait it out
+    /// again first.
+    hung: std::sync::Mutex<Vec<Address>>,
 }
 
 impl Dial {
+    /// `address` left a request unanswered (`true`), or answered one (`false`).
+    fn note(&self, address: &Address, hung: bool) {
+        let mut list = self
+            .hung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.retain(|seen| seen != address);
+        if hung {
+            list.push(address.clone());
+        }
+    }
+
+    /// `addresses` in the order to try them: those that answered (or were not asked) first,
+    /// in their given order, then the ones that left a request unanswered, longest ago first.
+    fn in_order<'a>(&self, addresses: &'a [Address]) -> Vec<&'a Address> {
+        let hung = self
+            .hung
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut ordered: Vec<&Address> = addresses
+            .iter()
+            .filter(|address| !hung.contains(address))
+            .collect();
+        ordered.extend(
+            hung.iter()
+                .filter_map(|seen| addresses.iter().find(|a| *a == seen)),
+        );
+        ordered
+    }
+
     /// A logged-in session with `address`, connecting within `timeout`.
     fn open(self: &Arc<Self>, address: &Address, timeout: Duration) -> anyhow::Result<Session> {
         let con = Box::new(Connection::open(address, self.tls.as_ref(), timeout)?);
@@ -172,6 +208,7 @@ impl Target {
                 shown,
                 connect_timeout: access.connect_timeout,
                 command_timeout: access.command_timeout,
+                hung: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -374,6 +411,7 @@ impl Session {
                 Ok(reply) => return Ok(reply),
                 Err(err) => err,
             };
+
             let explain = |err: &RedisError| asked.as_ref().unwrap_or(self).explain(err);
             if !self.cluster {
                 return Err(explain(&err));

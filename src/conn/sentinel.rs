@@ -73,8 +73,11 @@ impl Sentinels {
     fn ask(&self, dial: &Arc<Dial>, timeout: Duration) -> anyhow::Result<Address> {
         let mut failures: Vec<(String, anyhow::Error)> = Vec::new();
         let mut unknown = 0;
-        for sentinel in &self.addresses {
-            match self.ask_one(sentinel, dial, timeout) {
+        // A sentinel that did not answer is asked last from then on (see `Dial::note`).
+        for sentinel in dial.in_order(&self.addresses) {
+            let asked = self.ask_one(sentinel, dial, timeout);
+            dial.note(sentinel, asked.is_err());
+            match asked {
                 Ok(Some(master)) => return Ok(master),
                 Ok(None) => unknown += 1,
                 Err(err) => failures.push((sentinel.to_string(), err)),
