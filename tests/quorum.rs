@@ -165,6 +165,15 @@ fn bad_quorums_are_refused_before_redis() {
     args.extend(["--".into(), "true".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Redlock::new(&args).run().code(0);
+    // Separated by line breaks and tabs too (a multi-line value in a CI file's YAML).
+    let urls: Vec<String> = three.servers.iter().map(RedisServer::url).collect();
+    Redlock::new(&["run", "--key", "q", "--", "true"])
+        .env(
+            "REDLOCK_URL",
+            &format!("{}\n  {}\t{}\n", urls[0], urls[1], urls[2]),
+        )
+        .run()
+        .code(0);
     // One server named twice is not two independent masters: losing its data would lose two
     // votes (repro: one server given twice of three let a second holder in after it restarted
     // empty). Also under another name for the loopback address, or as another database.

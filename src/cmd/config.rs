@@ -206,12 +206,13 @@ fn given_urls(global: &Global) -> anyhow::Result<Vec<String>> {
             false => Err(empty_url(source)),
         };
     }
-    // Several URLs are separated by spaces; a space may also have cut a password in two.
+    // Several URLs are separated by spaces (clap splits at those), or by tabs and line breaks
+    // (a multi-line value in a CI file's YAML); a space may also have cut a password in two.
     let urls: Vec<String> = global
         .redis
         .iter()
-        .filter(|url| !url.trim().is_empty())
-        .cloned()
+        .flat_map(|url| url.split_ascii_whitespace())
+        .map(str::to_owned)
         .collect();
     if urls
         .iter()
