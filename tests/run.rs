@@ -147,6 +147,18 @@ fn commands_that_cannot_run_exit_126_or_127_and_release() {
         .run()
         .code(126)
         .one_line_error("permission denied");
+    // A script whose interpreter is missing is there: the message names what is not.
+    let orphan = dir.path().join("orphan");
+    std::fs::write(&orphan, "#!/nonexistent/interpreter -x\necho hi\n").unwrap();
+    std::fs::set_permissions(&orphan, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    server
+        .redlock(&["run", "--key", "job", "--"])
+        .arg(&orphan)
+        .run()
+        .code(127)
+        .one_line_error(
+            "its interpreter '/nonexistent/interpreter' (the file's #! line) was not found",
+        );
     assert_eq!(server.keys_but_history(), [FENCE], "the lock stayed held");
 }
 

@@ -193,9 +193,9 @@ fn start(
 
 /// The error for a command that could not be started, with its exit code.
 fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
-    let program = printable(&program.to_string_lossy());
+    let shown = printable(&program.to_string_lossy());
     let (failure, why) = match err.kind() {
-        std::io::ErrorKind::NotFound => (Failure::NotFound, "command not found".to_owned()),
+        std::io::ErrorKind::NotFound => (Failure::NotFound, not_found(program_path(program))),
         std::io::ErrorKind::PermissionDenied => {
             (Failure::NotExecutable, "permission denied".to_owned())
         }
@@ -209,7 +209,49 @@ fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
         }
         _ => (Failure::NotExecutable, err.to_string()),
     };
-    fail(failure, format!("cannot run '{program}': {why}"))
+    fail(failure, format!("cannot run '{shown}': {why}"))
+}
+
+/// Why exec found nothing to run (ENOENT). When the file is there, what is missing is what runs
+/// it: the interpreter its `#!` line names, or (a binary) its dynamic loader; "command not
+/// found" would send its user looking for the wrong file.
+fn not_found(file: Option<std::path::PathBuf>) -> String {
+    use std::io::Read as _;
+    let Some(file) = file else {
+        return "command not found".to_owned();
+    };
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(&file)
+        .and_then(|mut opened| opened.read(&mut head))
+        .unwrap_or(0);
+    let first_line = head[..read]
+        .split(|&byte| byte == b'\n')
+        .next()
+        .unwrap_or_default();
+    match first_line.strip_prefix(b"#!") {
+        Some(line) => {
+            let interpreter = String::from_utf8_lossy(line);
+            let interpreter = interpreter.split_whitespace().next().unwrap_or_default();
+            format!(
+                "its interpreter '{}' (the file's #! line) was not found",
+                printable(interpreter)
+            )
+        }
+        None => "the file is there, but what runs it was not found (a binary built for another system, whose dynamic loader is missing?)".to_owned(),
+    }
+}
+
+/// The file exec would run for `program`: the path itself when it names one (a '/' in it), else
+/// the first in PATH that exists; `None` when there is none.
+fn program_path(program: &OsString) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::path::Path::new(program);
+    if program.as_bytes().contains(&b'/') {
+        return path.is_file().then(|| path.to_owned());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
 }
 
 /// A worker's reply.
