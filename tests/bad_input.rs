@@ -134,6 +134,23 @@ fn malformed_command_lines_are_usage_errors() {
             vec!["inspect", "--key", "k", "-q", "-v"],
             "cannot be used with",
         ),
+        // A negative number is a value out of range, not an unknown flag.
+        (
+            vec!["acquire", "--key", "k", "--ttl", "1s", "-E", "-1"],
+            "-1 is not in 0..=255",
+        ),
+        (
+            vec!["acquire", "--key", "k", "--ttl", "1s", "--limit", "-1"],
+            "-1 is not in 1..=10000",
+        ),
+        (
+            vec!["run", "--key", "k", "--history", "-1", "--", "true"],
+            "-1 is not in 1..=1000",
+        ),
+        (
+            vec!["release", "--key", "k", "--exit-status", "-1"],
+            "-1 is not in 0..=255",
+        ),
     ] {
         server.redlock(&args).run().code(64).one_line_error(why);
     }

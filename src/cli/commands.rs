@@ -40,7 +40,7 @@ pub struct LockArgs {
     pub exclusive: bool,
 
     /// Make the lock a semaphore: at most N holders at once (all must use the same N)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: Option<u32>,
 
     /// Inside a command run under this same lock, take it anew instead of re-entering it
@@ -51,7 +51,7 @@ pub struct LockArgs {
     pub no_reenter: bool,
 
     /// Exit with CODE instead of 75 when the lock is busy (-E 0 -q: skip quietly)
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = crate::exit::BUSY)]
+    #[arg(short = 'E', long, value_name = "CODE", allow_negative_numbers = true, default_value_t = crate::exit::BUSY)]
     pub conflict_exit_code: u8,
 
     /// Without a terminal (a CI log), say where the wait stands this often (0: only when it
@@ -69,7 +69,7 @@ pub struct LockArgs {
     /// holder takes the lock there. With it, an acquisition too few replicas acknowledged is
     /// given back and fails (exit 69); under `run`, a renewal too few acknowledged counts as
     /// failed. WAIT narrows the window, it does not close it: see docs/servers.md on failover.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
 
     /// Why this holds the lock, shown by inspect, list, history and to waiters [default: the CI
@@ -86,7 +86,7 @@ pub struct LockArgs {
     /// Stored with the lock: every later hold of it (and every release, renewal or forced
     /// release) keeps to the lock's retention unless it asks for another, until the history
     /// expires. `check --succeeded-within` can only see as far back as the history keeps.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(Retention::MAX_HOLDS)))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(Retention::MAX_HOLDS)))]
     pub history: Option<u32>,
 
     /// Keep the lock's history this long after its last change (1m to 366d) [default: the
@@ -315,7 +315,7 @@ pub struct ReleaseArgs {
     pub reason: Option<String>,
 
     /// Record how the work under the lock ended, for `redlock history` (e.g. `$?` in a trap)
-    #[arg(long, value_name = "CODE", conflicts_with = "force", value_parser = clap::value_parser!(i32).range(0..=255))]
+    #[arg(long, value_name = "CODE", conflicts_with = "force", allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..=255))]
     pub exit_status: Option<i32>,
 }
 
@@ -342,7 +342,7 @@ pub struct ExtendArgs {
     pub ttl: Duration,
 
     /// Count the renewal as done only once N replicas acknowledged it (exit 69 otherwise)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
 }
 
