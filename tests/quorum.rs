@@ -362,6 +362,47 @@ fn list_metrics_and_inspect_show_each_lock_as_a_majority_has_it() {
     }
 }
 
+/// A nested invocation that fails to re-enter (too few masters answer) gives back only its own
+/// count: the enclosing hold stays on every master that has it. Repro (review): it was given
+/// back whole on the master that granted the re-entry, and a stranger took the lock while the
+/// outer invocation still held it.
+#[test]
+fn a_failed_reentry_leaves_the_enclosing_hold() {
+    let masters = Masters::start(3);
+    let out = masters
+        .redlock(&["acquire", "--key", "k", "--ttl", "60s"])
+        .run();
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    // The third master lost its data; the second stops answering: the outer hold is on the
+    // first (and the stopped second), a re-entry can only win the first.
+    let _: () = masters.servers[2].cmd(&["FLUSHALL"]);
+    send_signal(masters.servers[1].pid(), "STOP");
+    let quick = ["--command-timeout", "300ms", "--connect-timeout", "300ms"];
+    let nested = masters
+        .redlock(&[&quick[..], &["acquire", "--key", "k", "--ttl", "10s"]].concat())
+        .env("REDLOCK_KEY", "k")
+        .env("REDLOCK_TOKEN", &token)
+        .run();
+    assert_ne!(nested.status.code(), Some(0), "{}", nested.stderr);
+    assert_eq!(
+        masters.holders_on(0, "k"),
+        1,
+        "the enclosing hold was given back"
+    );
+    masters
+        .redlock(
+            &[
+                &quick[..],
+                &["acquire", "--key", "k", "--ttl", "10s", "--no-reenter"],
+            ]
+            .concat(),
+        )
+        .run()
+        .code(75);
+    send_signal(masters.servers[1].pid(), "CONT");
+}
+
 #[test]
 fn two_masters_down_of_five_still_works_three_down_is_unavailable_and_leaves_nothing() {
     let mut masters = Masters::start(5);

@@ -145,7 +145,7 @@ fn acquire_and_extend_count_only_what_replicas_acknowledged() {
     send_signal(keeper, "TERM");
     assert_eq!(kept, 1, "the keeper did not renew");
     assert!(
-        String::from_utf8_lossy(&args).contains("--replicas\u{0}1"),
+        String::from_utf8_lossy(&args).contains("--replicas=1\u{0}"),
         "the keeper renews without --replicas: {:?}",
         String::from_utf8_lossy(&args)
     );

@@ -213,7 +213,8 @@ impl Quorum {
 
     /// Not acquired: gives back what was taken, everywhere it may have been (`lock.leave`): on a
     /// master that granted it (its request is done), and with the token marked on one that did
-    /// not answer, so that a request still on its way takes nothing.
+    /// not answer, so that a request still on its way takes nothing. A re-entry's grants are
+    /// counted down instead: the hold is the enclosing invocation's.
     fn give_back(
         &self,
         lock: &Lock,
@@ -236,7 +237,7 @@ impl Quorum {
             })
             .collect();
         let chosen: Vec<bool> = give_back.iter().map(Option::is_some).collect();
-        let lock = lock.clone();
+        let (lock, reenter) = (lock.clone(), request.reenter);
         let _ = self.fan_out_where(
             limit,
             // Left, not released: the history records the grant as given back, which is no
@@ -244,6 +245,11 @@ impl Quorum {
             // token marked, so that it takes nothing when it runs.
             move |index, session| match give_back[index] {
                 None => Ok(()),
+                // Re-entry: the grant is the enclosing invocation's hold counted up once more;
+                // a release counts it down (leaving would give back the whole hold).
+                Some(true) if reenter => lock
+                    .release(session, &waiter.token, Duration::ZERO, &Ending::default())
+                    .map(drop),
                 Some(granted) => lock.leave(session, &waiter, !granted),
             },
             |index| chosen[index],
