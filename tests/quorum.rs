@@ -184,6 +184,9 @@ fn bad_quorums_are_refused_before_redis() {
         format!(
             "redis://127.0.0.1:{first}/0 redis://127.0.0.1:{first}/1 redis://127.0.0.1:{second}"
         ),
+        format!(
+            "redis://[::ffff:127.0.0.1]:{first} redis://127.0.0.1:{second} redis://0.0.0.0:{first}"
+        ),
     ] {
         Redlock::new(&["run", "--key", "q", "--", "true"])
             .env("REDLOCK_URL", &urls)
@@ -191,6 +194,17 @@ fn bad_quorums_are_refused_before_redis() {
             .code(64)
             .one_line_error(&format!("names the server 127.0.0.1:{first} again"));
     }
+    // One group of sentinels watches several masters: the same sentinels with other services
+    // are other masters, not one named twice (here no sentinel answers: a plain server).
+    let out = Redlock::new(&["inspect", "--key", "q", "--connect-timeout", "300ms"])
+        .env(
+            "REDLOCK_URL",
+            &["a", "b", "c"]
+                .map(|service| format!("redis+sentinel://127.0.0.1:{first}/{service}"))
+                .join(" "),
+        )
+        .run();
+    assert!(!out.stderr.contains("again"), "{}", out.stderr);
     assert!(three.lock_keys().iter().all(Vec::is_empty));
 }
 

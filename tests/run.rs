@@ -159,6 +159,13 @@ fn commands_that_cannot_run_exit_126_or_127_and_release() {
         .one_line_error(
             "its interpreter '/nonexistent/interpreter' (the file's #! line) was not found",
         );
+    std::fs::write(&orphan, "#!/bin/sh\r\necho hi\r\n").unwrap();
+    server
+        .redlock(&["run", "--key", "job", "--"])
+        .arg(&orphan)
+        .run()
+        .code(127)
+        .one_line_error("Windows line endings");
     assert_eq!(server.keys_but_history(), [FENCE], "the lock stayed held");
 }
 

@@ -139,12 +139,17 @@ impl Dial {
 impl Target {
     /// Parses `url` and checks `access` against it. Errors are usage errors that say why, and
     /// never contain a password.
-    /// Where the servers this target names are (`Address::place`): one for a server, each
-    /// sentinel's or seed's for the others.
+    /// Where the servers this target names are (`Address::place`): one for a server; for
+    /// Sentinel, each sentinel's with the service (one group of sentinels watches many
+    /// masters: the same service through a shared sentinel is the same master); each seed's
+    /// for a Cluster.
     pub fn places(&self) -> Vec<String> {
         match &self.servers {
             Servers::Single(address) => vec![address.place()],
-            Servers::Sentinel { sentinels, .. } => sentinels.iter().map(Address::place).collect(),
+            Servers::Sentinel { sentinels, service } => sentinels
+                .iter()
+                .map(|sentinel| format!("{}/{service}", sentinel.place()))
+                .collect(),
             Servers::Cluster { seeds } => seeds.iter().map(Address::place).collect(),
         }
     }

@@ -33,25 +33,26 @@ impl std::fmt::Display for Address {
 
 impl Address {
     /// The server this address reaches, as far as it can be told without asking the network:
-    /// an IP address in its canonical form (any loopback address, and `localhost`, is
-    /// 127.0.0.1), a host name in lower case, a socket's path made absolute. Two addresses
-    /// with the same place are one server; two names of one server (DNS) are not told apart
-    /// here.
+    /// an IP address in its canonical form (`localhost`, `0.0.0.0` and an IPv4 address written
+    /// as IPv6 are the IPv4 address they reach), a host name in lower case, a socket's path
+    /// resolved. Two addresses with the same place are one server; two names of one server
+    /// (DNS, two addresses of one host) are not told apart here (`doctor` asks each server's
+    /// run_id).
     pub(crate) fn place(&self) -> String {
         match self {
             Address::Tcp { host, port } => {
                 let host = host.to_ascii_lowercase();
                 let host = match host.parse::<std::net::IpAddr>() {
-                    Ok(ip) if ip.is_loopback() => "127.0.0.1".to_owned(),
-                    Ok(ip) => ip.to_string(),
-                    Err(_) if host == "localhost" || host.ends_with(".localhost") => {
-                        "127.0.0.1".to_owned()
-                    }
+                    Ok(ip) if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+                    Ok(ip) if ip.is_unspecified() => "::1".to_owned(),
+                    Ok(ip) => ip.to_canonical().to_string(),
+                    Err(_) if host == "localhost" => "127.0.0.1".to_owned(),
                     Err(_) => host.trim_end_matches('.').to_owned(),
                 };
                 format!("{host}:{port}")
             }
-            Address::Unix(path) => std::path::absolute(path)
+            Address::Unix(path) => std::fs::canonicalize(path)
+                .or_else(|_| std::path::absolute(path))
                 .unwrap_or_else(|_| path.clone())
                 .display()
                 .to_string(),
@@ -468,6 +469,26 @@ mod tests {
             host: host.into(),
             port,
         }
+    }
+
+    /// One server's addresses share a place; other servers' do not.
+    #[test]
+    fn places_tell_one_server_from_another() {
+        let place = |host: &str| tcp(host, 7000).place();
+        for same in [
+            "127.0.0.1",
+            "localhost",
+            "LOCALHOST",
+            "0.0.0.0",
+            "::ffff:127.0.0.1",
+        ] {
+            assert_eq!(place(same), "127.0.0.1:7000", "{same}");
+        }
+        assert_eq!(place("Redis.Example."), "redis.example:7000");
+        for other in ["127.0.0.2", "::1", "10.0.0.1"] {
+            assert_ne!(place(other), place("127.0.0.1"), "{other}");
+        }
+        assert_ne!(tcp("h", 7000).place(), tcp("h", 7001).place());
     }
 
     #[test]

@@ -229,9 +229,16 @@ fn not_found(file: Option<std::path::PathBuf>) -> String {
         .next()
         .unwrap_or_default();
     match first_line.strip_prefix(b"#!") {
+        // (A line that ends in CR names an interpreter whose name ends in CR, which is not there.)
+        Some(line) if line.ends_with(b"\r") => {
+            "its #! line ends in a carriage return (Windows line endings): convert the file, e.g. with dos2unix".to_owned()
+        }
         Some(line) => {
             let interpreter = String::from_utf8_lossy(line);
-            let interpreter = interpreter.split_whitespace().next().unwrap_or_default();
+            let interpreter = interpreter
+                .split([' ', '\t'])
+                .find(|word| !word.is_empty())
+                .unwrap_or_default();
             format!(
                 "its interpreter '{}' (the file's #! line) was not found",
                 printable(interpreter)
