@@ -77,9 +77,9 @@ impl Quorum {
         })
     }
 
-    /// The locks under `prefix`, each as a majority of masters has it (`merged`), with the
-    /// number of masters where it has a live holder; and the keys skipped as foreign data. A
-    /// master that did not answer is warned of; fewer than a majority is an error.
+    /// The locks under `prefix`, each as a majority of masters has it, with the number of
+    /// masters that hold it (`merged`); and the keys skipped as foreign data. A master that
+    /// did not answer is warned of; fewer than a majority is an error.
     #[allow(clippy::type_complexity)]
     pub(crate) fn list(
         &self,
