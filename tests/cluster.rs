@@ -281,6 +281,23 @@ fn an_extend_follows_ask_to_a_node_without_the_scripts() {
 /// of the lock's master left unserved for 300 ms, which takes the Cluster down as surely). The
 /// release of a `run` whose command ends then is refused, sent again within its bound, and the
 /// lock is free when `run` exits, not when its lease runs out.
+/// A node that stops answering is named: the URL names only seeds. Repro: "no answer within
+/// 5.0s" after the seeds' list, no word of which node.
+#[test]
+fn a_node_that_does_not_answer_is_named() {
+    let cluster = Cluster::start(0);
+    let node = cluster.node_of("k");
+    crate::util::send_signal(node.pid(), "STOP");
+    let out = redlock(
+        &cluster,
+        &["inspect", "--key", "k", "--command-timeout", "500ms"],
+    )
+    .run();
+    crate::util::send_signal(node.pid(), "CONT");
+    out.code(69)
+        .one_line_error(&format!("(node 127.0.0.1:{}): no answer within", node.port));
+}
+
 #[test]
 fn a_release_refused_while_the_cluster_is_down_is_sent_again() {
     let cluster = Cluster::start(0);

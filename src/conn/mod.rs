@@ -539,9 +539,12 @@ impl Session {
             Some(tls) => tls::classify_tls(tls),
             None => classify(err, self.command_timeout),
         };
-        // A refusal about the data speaks for itself; a failure to talk names the server.
+        // A refusal about the data speaks for itself; a failure to talk names the server (in
+        // a Cluster, whose URL names seeds, the node that failed too).
         if failure_of(&err) == Some(Failure::Usage) {
             err
+        } else if self.cluster {
+            err.context(format!("{} (node {})", self.dial.shown, self.address))
         } else {
             err.context(self.dial.shown.clone())
         }
