@@ -4,8 +4,9 @@
 -- max_holders live holders (earliest expiry first), each with its `tid` in the last list at the
 -- same place (the first 16 hex digits of its token's SHA-1, which tells one acquisition on
 -- several masters from another without showing the token), and up to max_waiters live waiters
--- from the head of the queue, in order (without their tokens); the number of live holders, and of entries in the
--- queue (a dead waiter's entry counts until it reaches the head); the history entries of the
+-- from the head of the queue, in order (without their tokens); the number of live holders, and
+-- of entries in the queue (a dead waiter's entry counts until it reaches the head); the history
+-- entries of the
 -- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
 -- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
 -- history (a lock whose holds report no exit status has none): only `metrics` asks.

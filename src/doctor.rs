@@ -43,7 +43,8 @@ pub(crate) struct Finding {
     pub(crate) detail: String,
 }
 
-/// Everything the doctor looks at, in order.
+/// Everything the doctor looks at, in order, and the server's `run_id` (`INFO server`; `None`
+/// when it cannot be read), which tells two names of one server from two servers.
 /// `quorum`: the server is one of a quorum's masters, whose waiters listen for releases.
 /// A server that cannot be asked at all (a password missing, not a Redis server) is an error,
 /// as for any command, not a list of unknowns.
@@ -51,7 +52,7 @@ pub(crate) fn examine(
     session: &mut Session,
     lock: &Lock,
     quorum: bool,
-) -> anyhow::Result<Vec<Finding>> {
+) -> anyhow::Result<(Vec<Finding>, Option<String>)> {
     let mut exam = Examination {
         session,
         findings: Vec::new(),
@@ -69,16 +70,8 @@ pub(crate) fn examine(
     {
         exam.cluster();
     }
-    Ok(exam.findings)
-}
-
-/// The server's `run_id` (`INFO server`), which tells two names of one server apart from two
-/// servers; `None` when it cannot be read.
-pub(crate) fn server_id(session: &mut Session) -> Option<String> {
-    let text = session
-        .run(|con| redis::cmd("INFO").arg("server").query::<String>(con))
-        .ok()?;
-    field(&text, "run_id")
+    let run_id = server.as_deref().and_then(|text| field(text, "run_id"));
+    Ok((exam.findings, run_id))
 }
 
 /// A field of an `INFO` section.

@@ -17,10 +17,8 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
     let mut ids: Vec<(String, String)> = Vec::new();
     let mut unreachable = Vec::new();
     for target in &targets {
-        let found = crate::store::connect(target, context.log).and_then(|mut session| {
-            let findings = doctor::examine(&mut session, &lock, quorum)?;
-            Ok((findings, doctor::server_id(&mut session)))
-        });
+        let found = crate::store::connect(target, context.log)
+            .and_then(|mut session| doctor::examine(&mut session, &lock, quorum));
         let findings = match found {
             Ok((mut findings, id)) => {
                 if let Some(id) = id {
@@ -31,14 +29,14 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
             }
             // A quorum works while a majority answers: one master down is a finding.
             Err(err) if quorum && crate::store::transient(&err) => {
+                let detail = format!(
+                    "{err:#}: the quorum works while a majority answers, with one master fewer to lose"
+                );
                 unreachable.push(err);
                 vec![doctor::Finding {
                     check: "reachable",
                     verdict: Verdict::Warn,
-                    detail: format!(
-                        "{:#}: the quorum works while a majority answers, with one master fewer to lose",
-                        unreachable.last().expect("just pushed")
-                    ),
+                    detail,
                 }]
             }
             Err(err) => return Err(err),

@@ -69,7 +69,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
 }
 
 /// The table of held locks: the lock as a whole, then its first holder (the holder's own
-/// mode column left out); in quorum mode the masters where it has a live holder, of `of`,
+/// mode column left out); in quorum mode the masters that hold it, of `of` (`Listed::locks`),
 /// and the locks that some masters but no majority hold (leftovers of a failed acquisition,
 /// or a contested lock: `inspect` shows each master's holders).
 fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {

@@ -176,7 +176,7 @@ impl Quorum {
         sent: BootInstant,
         limit: Duration,
     ) -> Option<Attempt> {
-        let granted = &round.granted;
+        let granted: Vec<u64> = round.granted.iter().map(|&(_, fence)| fence).collect();
         let valid = || validity(request.ttl, BootInstant::now().since(sent));
         let majority = self.majority();
         if granted.len() < majority || valid().is_zero() {
@@ -195,7 +195,7 @@ impl Quorum {
             self.fan_out_to_majority_of(
                 limit.min(valid()),
                 move |session| lock.raise_fence(session, &token, fence),
-                |index| round.granted_by.contains(&index),
+                |index| round.granted.iter().any(|&(by, _)| by == index),
             )
             .iter()
             .filter(|reply| matches!(reply, Ok(true)))
@@ -405,10 +405,8 @@ pub(crate) fn check_count(count: usize) -> Result<(), String> {
 
 /// The answers of one acquisition round, counted.
 struct Round {
-    /// The fences of the masters that granted the lock.
-    granted: Vec<u64>,
-    /// Those masters, by index.
-    granted_by: Vec<usize>,
+    /// The masters that granted the lock (by index), and the fence each issued.
+    granted: Vec<(usize, u64)>,
     /// Each busy master's holder, server time and advice on when to look again.
     busy: Vec<(Option<Holder>, u64, Duration)>,
     /// Masters where the re-entered token holds nothing.
@@ -419,16 +417,12 @@ impl Round {
     fn of(replies: &[anyhow::Result<Acquisition>]) -> Self {
         let mut round = Round {
             granted: Vec::new(),
-            granted_by: Vec::new(),
             busy: Vec::new(),
             not_held: 0,
         };
         for (index, reply) in replies.iter().enumerate() {
             match reply {
-                Ok(Acquisition::Acquired(lease)) => {
-                    round.granted.push(lease.fence);
-                    round.granted_by.push(index);
-                }
+                Ok(Acquisition::Acquired(lease)) => round.granted.push((index, lease.fence)),
                 Ok(Acquisition::Busy {
                     holder, now, hint, ..
                 }) => round.busy.push((holder.clone(), *now, *hint)),
