@@ -181,11 +181,16 @@ fn is_help(err: &clap::Error) -> bool {
 fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited) -> u8 {
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // A reader that stopped reading (`--help | head`) wanted no more: not an error.
             let written = if inherited.stdout_closed {
                 Err(cmd::STDOUT_CLOSED_ERROR.to_owned())
             } else {
-                err.print()
-                    .map_err(|err| format!("writing to stdout: {err}"))
+                match err.print() {
+                    Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+                        Err(format!("writing to stdout: {err}"))
+                    }
+                    _ => Ok(()),
+                }
             };
             match written {
                 Ok(()) => exit::OK,

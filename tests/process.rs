@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{REDLOCK, RedisServer, TempDir, wait_for_file, wait_until};
+use crate::util::{REDLOCK, RedisServer, Redlock, TempDir, wait_for_file, wait_until};
 
 const HOLDERS: &str = "redlock:{k}:holders";
 
@@ -114,6 +114,12 @@ fn output_that_cannot_be_written_is_exit_74() {
             .code(74)
             .one_line_error("writing to stdout: No space left on device");
     }
+    // Help whose reader stopped reading (`--help | head -1`) is no error.
+    let out = Redlock::new(&["--help"])
+        .after_shell("exec 1> >(exit 0); sleep 0.3")
+        .run();
+    out.code(0);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
 }
 
 /// A pipe whose reader is gone makes printing the token fail: the lock is given back (74).
