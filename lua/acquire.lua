@@ -16,7 +16,10 @@ local refused, key, arg = inputs(
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').
-if redis.call('GET', key.cancel) then return {REPLY.acquire.cancelled, server_now()} end
+local marked
+refused, marked = read(key.cancel, 'GET', key.cancel)
+if refused then return refused end
+if marked then return {REPLY.acquire.cancelled, server_now()} end
 local token, ttl, waiter = arg.token, tonumber(arg.ttl_ms), arg.waiter
 local stay, reenter = arg.stay == '1', arg.reenter == '1'
 local entry_ttl, grant, wake_ttl = tonumber(arg.entry_ttl_ms), tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)

@@ -26,7 +26,7 @@ if live_count(lock) > 0 then
     local values = redis.call('HMGET', key.holders, unpack(tokens, i, math.min(i + 999, #tokens)))
     for j = 1, #values do
       -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
-      if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
+      if values[j] and not decode_holder(values[j]) then return foreign(key.holders, 'holds a field') end
       if values[j] then
         holder_json[#holder_json + 1] = values[j]
         holder_tid[#holder_tid + 1] = string.sub(redis.sha1hex(tokens[i + j - 1]), 1, 16)

@@ -23,6 +23,10 @@ local MAX_GRANTS = 100
 -- Extra life given to the queue keys beyond their latest entry, so a busy queue resets their
 -- expiry about once a second, not on every refresh.
 local QUEUE_SLACK_MS = 1000
+-- How long a queue entry lives unless its waiter calls again (QUEUE_ENTRY_TTL in
+-- src/lock/mod.rs; a test compares them): the queue's keys live that long past a change when
+-- they had no expiry (written by hand) and the script knows of no later entry.
+local QUEUE_ENTRY_TTL_MS = 120000
 -- The first HEAD_PLACES places of a queue hold a short *head lease*: their entries live
 -- HEAD_TTL_MS past their waiter's last call (a live waiter there calls every third of it), so a
 -- waiter that died near the head (kill -9, a give-up that could not reach Redis) is dropped
@@ -67,6 +71,12 @@ local HISTORY_TRIM = 1000
 local HISTORY_TTL_MS = 30 * 24 * 3600 * 1000
 local HISTORY_MIN_TTL_MS = 60 * 1000
 local HISTORY_MAX_TTL_MS = 366 * 24 * 3600 * 1000
+-- The longest lease a redlock call asks for, 30 days (a --ttl or --min-hold: src/duration.rs,
+-- MAX; a test compares them).
+-- A lease read back from the index after a script's first write (settle) is kept within it: a
+-- score someone wrote by hand may be anything, and a PEXPIREAT it made fail would leave the
+-- script half done.
+local LONGEST_LEASE_MS = 2592000000
 
 -- The status code that opens each script's reply, by name: `REPLY.<script>.<name>` (a release
 -- with op 'leave' answers from REPLY.leave). Only the number crosses to redlock, which names
@@ -165,18 +175,34 @@ local function field_type(name)
   return FIELD_TYPES[name]
 end
 
+-- The largest whole number a script computes with: Lua's numbers hold every integer up to
+-- 2^53 - 1, and no further.
+local MAX_WHOLE = 9007199254740991
+-- The largest number a record's field may hold: cjson writes numbers with 14 significant
+-- digits, so a larger one would come back in exponent form, which no reader takes for a whole
+-- number (times in ms stay below it until the year 5138).
+local MAX_FIELD_NUMBER = 99999999999999
+
 -- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
--- cannot encode infinity or NaN, which it decodes), never a nested table.
+-- cannot encode infinity or NaN, which it decodes), never a nested table. The numbers scripts
+-- compute with (the fields of FIELD_TYPES) are whole and within MAX_FIELD_NUMBER, a fence
+-- within MAX_WHOLE: sums of a few of them print as integers (int), are taken by every command
+-- that takes a time, a score or a count, and are written back as they were read, so no call
+-- after the first write can fail on them and no reader finds them changed.
 local function flat_value(name, value)
   local kind = type(value)
   if kind == 'number' and (value ~= value or value == math.huge or value == -math.huge) then
     return false
   end
-  if name == 'fence' then
-    -- A string of digits (see int()); older records hold a number.
-    return kind == 'number' or (kind == 'string' and string.match(value, '^%d+$') ~= nil)
+  local wanted = name == 'fence' and 'fence' or field_type(name)
+  if kind == 'number' and wanted and (value ~= math.floor(value) or
+      math.abs(value) > (wanted == 'fence' and MAX_WHOLE or MAX_FIELD_NUMBER)) then
+    return false
   end
-  local wanted = field_type(name)
+  if wanted == 'fence' then
+    -- A string of digits (see int()); older records hold a number.
+    return (kind == 'number' and value >= 0) or (kind == 'string' and string.match(value, '^%d+$') ~= nil)
+  end
   if wanted then return kind == wanted end
   return kind == 'string' or kind == 'number' or kind == 'boolean'
 end
@@ -193,7 +219,16 @@ local function decode(json)
   end
   if not (record.mode and record.since and record.exp) then return nil end
   if record.mode == 'semaphore' and not record.limit then return nil end
+  -- (An older record's fence, a number, is written back as digits: see int().)
+  if type(record.fence) == 'number' then record.fence = int(record.fence) end
   return record
+end
+
+-- Decodes a holder record: a record with the fence of its acquisition.
+local function decode_holder(json)
+  local record = decode(json)
+  if record and record.fence then return record end
+  return nil
 end
 
 -- Decodes a queue entry: a record with the token its waiter will hold.
@@ -220,8 +255,8 @@ local function denied(command, key, ...)
     ', which redlock needs; nothing was changed')
 end
 
--- The largest fence: Lua's numbers hold every integer up to 2^53 - 1, and no further.
-local MAX_FENCE = 9007199254740991
+-- The largest fence (MAX_WHOLE).
+local MAX_FENCE = MAX_WHOLE
 
 -- The unit of the clock that a fence takes when the counter is there (µs): a tenth of a second.
 -- Masters of a quorum (README.md, "Several masters") whose counters are equal then issue the
@@ -312,7 +347,7 @@ local function reconcile_holders(lock)
   local key, records, live, first = lock.key, {}, 0, nil
   local fields = redis.call('HGETALL', key.holders)
   for i = 1, #fields, 2 do
-    local record = decode(fields[i + 1])
+    local record = decode_holder(fields[i + 1])
     if not record then return foreign(key.holders, 'holds a field') end
     records[fields[i]] = record
     if record.exp > lock.now then
@@ -457,7 +492,7 @@ local function first_holder(lock)
   local found = redis.call('ZRANGEBYSCORE', lock.key.leases, '(' .. int(lock.now), '+inf', 'LIMIT', 0, 1)
   if not found[1] then return nil, nil end
   local json = redis.call('HGET', lock.key.holders, found[1])
-  local record = decode(json)
+  local record = decode_holder(json)
   if not record then return foreign(lock.key.holders, 'holds a field'), nil end
   lock.first = {found[1], record, json}
   return nil, lock.first
@@ -469,7 +504,7 @@ local function holder_of(lock, token)
   if token == '' or lock.holders == 0 then return nil, nil end
   local json = redis.call('HGET', lock.key.holders, token)
   if not json then return nil, nil end
-  local record = decode(json)
+  local record = decode_holder(json)
   if not record then return foreign(lock.key.holders, 'holds a field'), nil end
   if record.exp <= lock.now then return nil, nil end
   -- The only holder, and live: no count of the live ones to read (live_count).
@@ -735,6 +770,7 @@ end
 local function remove_entry(lock, id)
   if redis.call('ZREM', lock.key.queue, id) == 1 then lock.length = lock.length - 1 end
   redis.call('HDEL', lock.key.waiters, id)
+  lock.queue_written = true
   if lock.head and lock.head[1] == id then lock.head = nil end
 end
 
@@ -743,6 +779,7 @@ local function drop_dead(lock)
   if lock.dead[1] then
     redis.call('ZREM', lock.key.queue, unpack(lock.dead))
     redis.call('HDEL', lock.key.waiters, unpack(lock.dead))
+    lock.queue_written = true
     lock.length = lock.length - #lock.dead
     lock.dead = {}
   end
@@ -765,6 +802,7 @@ local function begin_writes(lock)
     for i = 1, #lock.orphans, 1000 do
       redis.call('HDEL', key.waiters, unpack(lock.orphans, i, math.min(i + 999, #lock.orphans)))
     end
+    lock.queue_written = true
     lock.orphans = nil
   end
   if key.queue then
@@ -778,6 +816,7 @@ end
 -- the head leases must not take the whole queue with them).
 local function put_entry(lock, id, entry, keep_until)
   redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+  lock.queue_written = true
   if not lock.queue_until or keep_until > lock.queue_until then lock.queue_until = keep_until end
 end
 
@@ -862,6 +901,7 @@ local function lease_head(lock, wake_ttl)
       local told = type(entry.due) ~= 'number' or entry.due > lock.now + HEAD_TTL_MS / 2
       if told then entry.due = lock.now + HEAR_MS end
       redis.call('HSET', lock.key.waiters, id, cjson.encode(entry))
+      lock.queue_written = true
       if told then wake(lock, id, 'h:' .. int(entry.due), wake_ttl) end
     end
   end
@@ -948,19 +988,33 @@ local function settle(lock)
   end
   if lock.holders_changed then
     -- The latest lease: known when every lease is this script's (0: none left), else read.
-    local latest = lock.latest and lock.latest > 0 and int(lock.latest)
-    if lock.latest == nil then latest = redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')[2] end
+    local latest = lock.latest
+    if latest == nil then
+      latest = tonumber(redis.call('ZRANGE', key.leases, -1, -1, 'WITHSCORES')[2])
+    elseif latest == 0 then
+      latest = nil
+    end
     if latest then
+      -- (After the first write: a lease someone wrote by hand, in a record or as a score, is
+      -- brought within what a call can write, so that PEXPIREAT cannot fail on it; one that
+      -- has passed ends the keys now.)
+      latest = int(math.max(1, math.min(math.floor(latest), lock.now + LONGEST_LEASE_MS)))
       redis.call('PEXPIREAT', key.holders, latest)
       redis.call('PEXPIREAT', key.leases, latest)
     end
   end
-  if lock.queue_until then
-    local left = redis.call('PTTL', key.queue)
-    if left == -1 or (left >= 0 and lock.now + left < lock.queue_until) then
-      local at = int(lock.queue_until + QUEUE_SLACK_MS)
-      redis.call('PEXPIREAT', key.queue, at)
-      redis.call('PEXPIREAT', key.waiters, at)
+  -- (A queue that emptied is gone: Redis deleted its keys.)
+  if lock.queue_written and (lock.queue_until or (lock.length or 0) > 0) then
+    -- Each key of the queue lives until queue_until at least (never less than it had: other
+    -- entries may live longer), and a key that had no expiry (written by hand) gets one.
+    local keep_until = lock.queue_until
+    for _, name in ipairs({key.queue, key.waiters}) do
+      local left = redis.call('PTTL', name)
+      if left == -1 then
+        redis.call('PEXPIREAT', name, int((keep_until or lock.now + QUEUE_ENTRY_TTL_MS) + QUEUE_SLACK_MS))
+      elseif keep_until and left >= 0 and lock.now + left < keep_until then
+        redis.call('PEXPIREAT', name, int(keep_until + QUEUE_SLACK_MS))
+      end
     end
   end
 end

@@ -63,7 +63,7 @@ if op == 'force' and live_count(lock) > 0 then
     local values = redis.call('HMGET', key.holders, unpack(tokens, i, math.min(i + 999, #tokens)))
     for j = 1, #values do
       -- (A lease without a record: the record was deleted by hand; reconcile_holders saw it.)
-      if values[j] and not decode(values[j]) then return foreign(key.holders, 'holds a field') end
+      if values[j] and not decode_holder(values[j]) then return foreign(key.holders, 'holds a field') end
       if values[j] then evicted[#evicted + 1] = values[j] end
     end
   end
@@ -72,7 +72,8 @@ end
 -- What this call writes: a hold counted down or kept for the minimum hold is rewritten, one
 -- that ends is removed (both keys at once when it was the only one), the queue's head is
 -- handed what is free.
-local rewrites = op == 'token' and mine ~= nil and ((mine.count or 1) > 1 or mine.since + min_hold > now)
+local rewrites = op == 'token' and mine ~= nil and
+  ((mine.count or 1) > 1 or math.min(mine.since, now) + min_hold > now)
 local removes = op ~= 'force' and mine ~= nil and not rewrites
 refused = check_writes(lock, {history = true, cancel = op == 'leave', drop = op == 'force' or
   (removes and lock.sole ~= nil), remove = (removes and lock.sole == nil) or lock.fix ~= nil or
@@ -98,7 +99,9 @@ elseif op == 'leave' then
   redis.call('DEL', key.wake)
 end
 if mine and op ~= 'force' then
-  local keep_until = mine.since + min_hold
+  -- (A hold cannot have begun later than now: a `since` ahead of the clock, which stepped
+  -- back or was written by hand, keeps the lock no longer than min_hold from now.)
+  local keep_until = math.min(mine.since, now) + min_hold
   if op == 'token' and (mine.count or 1) > 1 then
     mine.count = mine.count - 1
     put_holder(lock, token, mine, false)

@@ -314,6 +314,31 @@ mod tests {
         assert_names_match(&DOCTOR, "doctor.lua");
     }
 
+    /// The prelude's copies of constants the Rust side owns: the two must agree.
+    #[test]
+    fn the_prelude_copies_the_constants_rust_owns() {
+        let prelude = include_str!("../lua/prelude.lua");
+        let value = |name: &str| -> u128 {
+            let line = prelude
+                .lines()
+                .find(|line| line.starts_with(&format!("local {name} = ")))
+                .unwrap_or_else(|| panic!("no {name} in prelude.lua"));
+            line.rsplit(' ')
+                .next()
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("{name} is not a plain number: {line}"))
+        };
+        assert_eq!(
+            value("QUEUE_ENTRY_TTL_MS"),
+            crate::lock::QUEUE_ENTRY_TTL.as_millis()
+        );
+        assert_eq!(
+            value("LONGEST_LEASE_MS"),
+            crate::duration::MAX.as_millis(),
+            "the longest lease a call asks for is the longest duration a flag takes"
+        );
+    }
+
     /// The build script named each script by the SHA-1 of the text compiled in.
     #[test]
     fn each_script_is_named_by_the_sha1_of_its_text() {

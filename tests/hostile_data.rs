@@ -653,3 +653,241 @@ fn a_queue_entry_with_a_forged_head_lease_field_is_foreign_data() {
         .code(64)
         .one_line_error("that redlock did not write");
 }
+
+/// Every key with its DUMP and its absolute expiry (PEXPIRETIME): what a refused call must
+/// leave exactly as it was.
+fn state_of(server: &RedisServer) -> Vec<(String, Option<Vec<u8>>, i64)> {
+    server
+        .keys()
+        .into_iter()
+        .map(|key| {
+            let dumped: Option<Vec<u8>> = server.cmd(&["DUMP", &key]);
+            let expiry: i64 = server.cmd(&["PEXPIRETIME", &key]);
+            (key, dumped, expiry)
+        })
+        .collect()
+}
+
+/// Asserts that every key of the lock but its fence counter expires, within 31 days.
+#[track_caller]
+fn every_key_expires_within_a_month(server: &RedisServer) {
+    for key in server.keys() {
+        if key.ends_with(":fence") {
+            continue;
+        }
+        let pttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!(
+            pttl > 0 && pttl <= 31 * 24 * 3600 * 1000,
+            "{key} expires in {pttl} ms"
+        );
+    }
+}
+
+/// Found by the state fuzzer (tests/script_fuzz.rs) and the security review: a shared holder
+/// whose lease score someone set to 1e300 made `acquire --shared` fail (exit 69, "ERR value is
+/// not an integer or out of range") after the script had written its own holder: the lock
+/// showed "shared by 2" and the keys kept their old expiry. The lease read back after the
+/// first write is now kept within the longest lease a call asks for (30 days).
+#[test]
+fn a_forged_lease_score_cannot_fail_a_script_after_its_writes() {
+    let server = RedisServer::start();
+    let now = server.time_ms();
+    let token = format!("{:032x}", 7);
+    server.cmd::<()>(&[
+        "HSET",
+        HOLDERS,
+        &token,
+        &holder_record("shared", 7, now, now + 60_000),
+    ]);
+    server.cmd::<()>(&["ZADD", LEASES, "1e300", &token]);
+    server
+        .redlock(&["acquire", "--shared", "--ttl", "5s", "--key", "job"])
+        .run()
+        .code(0);
+    every_key_expires_within_a_month(&server);
+    server
+        .redlock(&["inspect", "--key", "job"])
+        .run()
+        .code(0)
+        .stdout_contains("shared by 2");
+    // The same score behind a lease without its record (an index to repair), for a waiter
+    // that leaves the queue.
+    let stray = format!("{:032x}", 8);
+    server.cmd::<()>(&["ZADD", LEASES, "1e300", &stray]);
+    let waiter = server
+        .redlock(&["acquire", "--ttl", "5s", "--key", "job", "--wait", "300ms"])
+        .run();
+    waiter.code(75);
+    every_key_expires_within_a_month(&server);
+}
+
+/// Found by the state fuzzer: records whose numbers a script would compute with but not write
+/// back as they were are refused before any write (exit 64, Redis untouched): a holder record
+/// without its fence (a re-entry wrote a second hold, then answered without a fence: exit 69),
+/// a hold counted 1.5 times (counted down to 0.5, an answer redlock cannot read: exit 69), a
+/// lease ending in the year 10000 (cjson wrote it back as 2.534023008e+14, which no reader
+/// takes for a time).
+#[test]
+fn records_whose_numbers_a_script_could_not_write_back_are_refused_before_any_write() {
+    let server = RedisServer::start();
+    let now = server.time_ms();
+    let token = format!("{:032x}", 7);
+    let record = |change: &dyn Fn(&mut serde_json::Value)| {
+        let mut record: serde_json::Value =
+            serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+        change(&mut record);
+        record.to_string()
+    };
+    let cases = [
+        (
+            record(&|record| {
+                record.as_object_mut().unwrap().remove("fence");
+            }),
+            vec!["acquire", "--key", "job", "--ttl", "60s"],
+        ),
+        (
+            record(&|record| record["count"] = serde_json::json!(1.5)),
+            vec!["release", "--key", "job"],
+        ),
+        (
+            record(&|record| {
+                record["count"] = serde_json::json!(2);
+                record["exp"] = serde_json::json!(253_402_300_800_000_u64);
+            }),
+            vec!["release", "--key", "job"],
+        ),
+    ];
+    for (record, command) in cases {
+        server.cmd::<()>(&["HSET", HOLDERS, &token, &record]);
+        server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
+        for key in [HOLDERS, LEASES] {
+            server.cmd::<()>(&["PEXPIREAT", key, &(now + 60_000).to_string()]);
+        }
+        let before = state_of(&server);
+        server
+            .redlock(&command)
+            .env("REDLOCK_KEY", "job")
+            .env("REDLOCK_TOKEN", &token)
+            .run()
+            .code(64)
+            .one_line_error(HOLDERS);
+        assert!(
+            before == state_of(&server),
+            "{command:?} changed Redis: {record}"
+        );
+        server.cmd::<()>(&["DEL", HOLDERS, LEASES]);
+    }
+}
+
+/// Found by the state fuzzer: a queue someone wrote without an expiry kept none after a script
+/// changed it (a forced release dropped its dead head and handed the lock on). A script that
+/// writes a queue's keys leaves each with an expiry.
+#[test]
+fn a_queue_written_by_hand_without_an_expiry_gets_one_when_a_script_changes_it() {
+    let server = RedisServer::start();
+    let now = server.time_ms();
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .run()
+        .code(0);
+    server.cmd::<()>(&[
+        "ZADD",
+        QUEUE,
+        "1",
+        "0000000000000001",
+        "2",
+        "0000000000000002",
+        "3",
+        "0000000000000003",
+    ]);
+    server.cmd::<()>(&[
+        "HSET",
+        WAITERS,
+        "0000000000000001",
+        &queue_entry(1, now - 120_000),
+        "0000000000000002",
+        &queue_entry(2, now + 60_000),
+        "0000000000000003",
+        &queue_entry(3, now + 60_000),
+    ]);
+    server
+        .redlock(&["release", "--force", "--key", "job", "--reason", "test"])
+        .run()
+        .code(0);
+    let left: i64 = server.cmd(&["ZCARD", QUEUE]);
+    assert_eq!(
+        left, 1,
+        "the dead head dropped, the next one handed the lock"
+    );
+    every_key_expires_within_a_month(&server);
+}
+
+/// Found by the state fuzzer: a cancel mark of another type failed the acquisition with
+/// Redis's own "WRONGTYPE Operation against a key holding the wrong kind of value", naming no
+/// key. It is foreign data, named as such.
+#[test]
+fn a_cancel_mark_of_another_type_is_named_as_foreign_data() {
+    let server = RedisServer::start();
+    let token = format!("{:032x}", 7);
+    let cancel = format!("redlock:{{job}}:cancel:{token}");
+    server.cmd::<()>(&["HSET", &cancel, "f", "v"]);
+    server
+        .redlock(&["acquire", "--key", "job", "--ttl", "30s"])
+        .env("REDLOCK_KEY", "job")
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(64)
+        .one_line_error(&cancel);
+}
+
+/// Found by the state fuzzer: a hold whose `since` lies ahead of the server's clock (a clock
+/// stepped back, or a record written by hand) was kept for its minimum hold from then: as
+/// long as the clock was off, plus the minimum hold. A hold cannot have begun after now.
+#[test]
+fn a_minimum_hold_counts_from_now_at_the_latest() {
+    use redlock::conn::{Access, Target};
+    use redlock::keys::{LockName, Prefix};
+    use redlock::lock::{Ending, Lock, Release, Token};
+
+    let server = RedisServer::start();
+    let now = server.time_ms();
+    let token = format!("{:032x}", 7);
+    let day = 24 * 3600 * 1000;
+    server.cmd::<()>(&[
+        "HSET",
+        HOLDERS,
+        &token,
+        &serde_json::json!({
+            "mode": "exclusive", "limit": 0, "count": 1, "fence": "7", "host": "h", "pid": 1,
+            "user": "u", "cmd": "c", "since": now + day, "ttl": 60_000, "exp": now + 60_000,
+        })
+        .to_string(),
+    ]);
+    server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
+    let access = Access {
+        connect_timeout: Duration::from_secs(5),
+        command_timeout: Duration::from_secs(5),
+        ..Access::default()
+    };
+    let mut session = Target::new(&server.url(), access)
+        .and_then(|target| target.connect())
+        .expect("connect");
+    let lock = Lock::new(
+        &Prefix::new("redlock:").unwrap(),
+        LockName::new("job").unwrap(),
+    );
+    let released = lock
+        .release(
+            &mut session,
+            &Token::parse(&token).unwrap(),
+            Duration::from_secs(60),
+            &Ending::default(),
+        )
+        .unwrap();
+    match released {
+        Release::Kept(kept) => assert!(kept <= Duration::from_secs(60), "kept {kept:?}"),
+        other => panic!("released: {other:?}"),
+    }
+    let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
+    assert!(pttl <= 60_000, "the lock is kept {pttl} ms");
+}

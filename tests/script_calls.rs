@@ -34,12 +34,12 @@ inspect: held, 2 holds in the history                                | 1 |  11 |
 history: 2 holds                                                     | 1 |   4 | TIME 1, ZCARD 1, ZRANGE 2
 release --force                                                      | 1 |  14 | DEL 1, EXISTS 1, GET 1, HLEN 1, HMGET 1, PEXPIRE 1, TIME 1, ZADD 1, ZCARD 2, ZCOUNT 1, ZRANGEBYSCORE 2, ZREM 1
 list: one held lock under the prefix                                 | 1 |  11 | EXISTS 1, GET 1, HLEN 1, HMGET 1, TIME 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
-acquire --wait: joins the queue                                      | 1 |  22 | DEL 1, EXISTS 1, GET 2, HGET 3, HLEN 1, HMGET 1, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, TYPE 1, ZADD 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
-refresh of a waiter's place (library call)                           | 1 |   8 | HGET 1, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, ZCARD 1, ZRANK 1
-acquire --wait: a look at the lock while queued                      | 1 |  24 | GET 2, HGET 3, HLEN 2, HMGET 2, HSET 1, PEXPIREAT 2, PTTL 1, TIME 1, TYPE 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1, ZRANK 2
+acquire --wait: joins the queue                                      | 1 |  23 | DEL 1, EXISTS 1, GET 2, HGET 3, HLEN 1, HMGET 1, HSET 1, PEXPIREAT 2, PTTL 2, TIME 1, TYPE 1, ZADD 1, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
+refresh of a waiter's place (library call)                           | 1 |   9 | HGET 1, HSET 1, PEXPIREAT 2, PTTL 2, TIME 1, ZCARD 1, ZRANK 1
+acquire --wait: a look at the lock while queued                      | 1 |  25 | GET 2, HGET 3, HLEN 2, HMGET 2, HSET 1, PEXPIREAT 2, PTTL 2, TIME 1, TYPE 1, ZCARD 3, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1, ZRANK 2
 release by token: hands the lock to the waiter                       | 1 |  27 | DEL 1, EXISTS 1, GET 1, HDEL 1, HGET 1, HLEN 2, HMGET 1, HSET 1, PEXPIRE 2, PEXPIREAT 2, RPUSH 1, SET 1, TIME 1, ZADD 3, ZCARD 3, ZRANGE 2, ZRANGEBYSCORE 1, ZREM 2
 acquire --wait: claims the lock handed to it                         | 1 |  22 | DEL 1, GET 2, HGET 3, HLEN 2, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, TYPE 1, ZADD 2, ZCARD 3, ZRANGEBYSCORE 2, ZREM 1
-acquire --wait 500ms runs out: joins, leaves, reads the holder       | 3 |  48 | DEL 2, EXISTS 2, GET 4, HDEL 1, HGET 4, HLEN 4, HMGET 3, HSET 1, PEXPIREAT 2, PTTL 1, TIME 3, TYPE 2, ZADD 1, ZCARD 7, ZCOUNT 3, ZRANGE 5, ZRANGEBYSCORE 2, ZREM 1
+acquire --wait 500ms runs out: joins, leaves, reads the holder       | 3 |  49 | DEL 2, EXISTS 2, GET 4, HDEL 1, HGET 4, HLEN 4, HMGET 3, HSET 1, PEXPIREAT 2, PTTL 2, TIME 3, TYPE 2, ZADD 1, ZCARD 7, ZCOUNT 3, ZRANGE 5, ZRANGEBYSCORE 2, ZREM 1
 acquire --shared: a second reader                                    | 1 |  20 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
 acquire --limit 3: a second permit                                   | 1 |  20 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, SET 1, TIME 1, ZADD 2, ZCARD 2, ZCOUNT 1, ZRANGE 2, ZRANGEBYSCORE 1
 acquire inside a holder of the lock: re-enters                       | 1 |  18 | EXISTS 1, GET 2, HGET 2, HLEN 1, HSET 1, PEXPIRE 1, PEXPIREAT 2, TIME 1, ZADD 2, ZCARD 2, ZRANGEBYSCORE 2, ZREM 1
