@@ -21,6 +21,7 @@ mod replicas;
 mod run;
 mod scale;
 mod script_calls;
+mod script_fuzz;
 mod sentinel;
 mod tls;
 mod versions;
