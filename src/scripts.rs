@@ -11,6 +11,7 @@
 //! land in another's place or be left out without a compile error, and a test checks the
 //! struct's names against the script's.
 
+use std::cell::RefCell;
 use std::marker::PhantomData;
 
 use redis::{
@@ -152,6 +153,68 @@ pub(crate) static REFRESH: Script<RefreshInputs> = script!("refresh.lua");
 pub(crate) static INSPECT: Script<InspectInputs> = script!("inspect.lua");
 pub(crate) static HISTORY: Script<HistoryInputs> = script!("history.lua");
 
+thread_local! {
+    /// Scripts that calls on this thread run in place of the ones compiled in (see
+    /// [`with_scripts`]).
+    static REPLACED: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The text that replaces script `file` on this thread, if any.
+fn replaced(file: &str) -> Option<String> {
+    REPLACED.with(|replaced| {
+        replaced
+            .borrow()
+            .iter()
+            .find(|(name, _)| name == file)
+            .map(|(_, body)| body.clone())
+    })
+}
+
+/// Runs `run` with the scripts of `lua` (file name and text, the prelude among them) in
+/// place of the ones compiled in, for the calls this thread makes meanwhile (sent whole, with
+/// EVAL). A test seam, and the only one: the protocol's mutation tests
+/// (tests/protocol/mutants.rs) run copies of `lua/` with deliberate bugs through redlock's own
+/// calls, to show that the model's conformance test catches each. The binary never calls it.
+#[doc(hidden)]
+pub fn with_scripts<R>(lua: &[(&str, String)], run: impl FnOnce() -> R) -> R {
+    let prelude = lua
+        .iter()
+        .find(|(file, _)| *file == "prelude.lua")
+        .map_or(include_str!("../lua/prelude.lua"), |(_, text)| {
+            text.as_str()
+        });
+    let own = |file: &str, compiled: &str| {
+        let text = lua.iter().find(|(name, _)| *name == file).map_or(
+            &compiled[include_str!("../lua/prelude.lua").len()..],
+            |(_, text)| text.as_str(),
+        );
+        (file.to_owned(), format!("{prelude}{text}"))
+    };
+    let scripts = vec![
+        own("acquire.lua", ACQUIRE.body),
+        own("release.lua", RELEASE.body),
+        own("extend.lua", EXTEND.body),
+        own("raise.lua", RAISE.body),
+        own("refresh.lua", REFRESH.body),
+        own("inspect.lua", INSPECT.body),
+        own("history.lua", HISTORY.body),
+        own("doctor.lua", DOCTOR.body),
+    ];
+    let before = REPLACED.with(|replaced| replaced.replace(scripts));
+    // (Put back even when `run` panics: a failing test must not leave the next one on this
+    // thread running the copies.)
+    struct Restore(Option<Vec<(String, String)>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(before) = self.0.take() {
+                REPLACED.with(|replaced| *replaced.borrow_mut() = before);
+            }
+        }
+    }
+    let _restore = Restore(Some(before));
+    run()
+}
+
 /// One key or argument of a script call.
 pub(crate) struct Arg(Vec<u8>);
 
@@ -226,6 +289,14 @@ impl<I: Inputs> Script<I> {
                 ))),
             }
         };
+        if let Some(body) = replaced(self.file) {
+            let (script, wait) = replies("EVAL", &body)?;
+            let reply = redis::from_redis_value(script.extract_error()?)?;
+            let acknowledged = wait
+                .extract_error()
+                .and_then(|wait| Ok(redis::from_redis_value(wait)?));
+            return Ok((reply, acknowledged));
+        }
         let (script, wait) = match replies("EVALSHA", self.sha)? {
             (Value::ServerError(err), _) if err.kind() == Some(ServerErrorKind::NoScript) => {
                 replies("EVAL", self.body)?
@@ -246,6 +317,14 @@ impl<I: Inputs> Script<I> {
         whole: bool,
     ) -> RedisResult<T> {
         let (keys, args) = inputs.into_parts();
+        if let Some(body) = replaced(self.file) {
+            let mut command = redis::cmd("EVAL");
+            command.arg(body).arg(keys.len());
+            for part in keys.iter().chain(&args) {
+                command.arg(part.0.as_slice());
+            }
+            return command.query(con);
+        }
         debug_assert_eq!((keys.len(), args.len()), (I::KEYS.len(), I::ARGS.len()));
         let command = |verb: &str, script: &str| {
             let mut command = redis::cmd(verb);

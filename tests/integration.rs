@@ -15,6 +15,7 @@ mod hostile_data;
 mod modes;
 mod packaging;
 mod process;
+mod protocol;
 mod quorum;
 mod recipes;
 mod replicas;

@@ -1,0 +1,182 @@
+//! The lock protocol, model-checked (docs/protocol.md): an explicit-state model of one lock
+//! (`server`: the scripts' transitions; `clients`: redlock's clients, with crashes, pauses and
+//! late messages, and time in ticks), checked exhaustively against the protocol's properties
+//! (`check`), held to the real scripts by a conformance test (`conformance`), and shown able
+//! to catch deliberate protocol bugs (`mutants`).
+
+#![allow(unreachable_pub)]
+
+mod conformance;
+mod mutants;
+mod server;
+
+use conformance::{Queue, Step, TICK_MS};
+use server::Mode;
+
+/// Walks in CI, and in the long tier (`REDLOCK_FAULTS_FULL`, tests/faults/run).
+fn walks(ci: u64, long: u64) -> u64 {
+    if std::env::var_os("REDLOCK_FAULTS_FULL").is_some() {
+        long
+    } else {
+        ci
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("REDLOCK_MODEL_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or(20_261_128)
+}
+
+fn acquire(client: usize, queueing: Queue, mode: Mode, ticks: i64) -> Step {
+    Step::Acquire {
+        client,
+        queueing,
+        reenter: false,
+        ttl: ticks * TICK_MS + TICK_MS / 2,
+        mode,
+    }
+}
+
+/// Random walks of script calls and time, four clients (the queue within the head places),
+/// and walks that open with what a mechanism needs (a reader run handed the lock past a
+/// waiting writer, which is told to watch its grants): the real scripts answer and leave the
+/// lock as the model says, step by step.
+#[test]
+fn the_scripts_do_what_the_model_says_on_random_walks() {
+    let seed = seed();
+    server::seen();
+    for walk in 0..walks(2, 20) {
+        conformance::walk(seed + walk, 4, &[], 300).unwrap_or_else(|why| panic!("{why}"));
+    }
+    conformance::walk(seed + 500, 4, &watch_opening(), 100).unwrap_or_else(|why| panic!("{why}"));
+    covered(&[
+        "a claim grant",
+        "a run grant",
+        "w: sent",
+        "an unheard grant taken back",
+        "a grant claimed",
+        "a cancelled request refused",
+        "a lapsed entry renewed",
+    ]);
+}
+
+/// Random walks with a queue longer than the head places (eleven clients, ten queued behind a
+/// holder): the head lease given as entries move up into them, a waiter told so (`h:`).
+#[test]
+fn the_scripts_do_what_the_model_says_on_random_walks_with_a_long_queue() {
+    let seed = seed();
+    server::seen();
+    for walk in 0..walks(1, 10) {
+        conformance::walk(seed + 1000 + walk, 11, &long_queue_opening(), 300)
+            .unwrap_or_else(|why| panic!("{why}"));
+    }
+    covered(&["an entry given the head lease", "h: sent"]);
+}
+
+/// Asserts that the walks made the model run each of `mechanisms` at least once: a walk that
+/// no longer reaches one tests nothing of it.
+#[track_caller]
+fn covered(mechanisms: &[&str]) {
+    let seen = server::seen();
+    println!("mechanisms run: {seen:?}");
+    for mechanism in mechanisms {
+        assert!(
+            seen.contains_key(mechanism),
+            "the walks never ran: {mechanism}; ran {seen:?}"
+        );
+    }
+}
+
+/// Two readers that claim their grants and a writer queued behind an exclusive holder; the
+/// writer just called, so it is due after the readers' claim grants end: told to watch.
+fn watch_opening() -> Vec<Step> {
+    vec![
+        acquire(1, Queue::Join, Mode::Exclusive, 10),
+        acquire(0, Queue::Join, Mode::Shared, 4),
+        acquire(2, Queue::Join, Mode::Shared, 4),
+        acquire(3, Queue::Join, Mode::Exclusive, 4),
+        Step::Tick(1),
+        acquire(3, Queue::Stay, Mode::Exclusive, 4),
+        Step::Release {
+            client: 1,
+            min_hold: 0,
+            lost: false,
+        },
+    ]
+}
+
+/// Ten queued behind a holder; the last one calls (due again in 2 s: a second a place behind
+/// the head's, its lease long enough), and two ahead of it leave: it moves into the head
+/// places long before its call.
+fn long_queue_opening() -> Vec<Step> {
+    let mut opening = vec![acquire(0, Queue::Join, Mode::Exclusive, 10)];
+    opening.extend((1..11).map(|client| acquire(client, Queue::Join, Mode::Exclusive, 4)));
+    opening.extend([
+        acquire(10, Queue::Stay, Mode::Exclusive, 20),
+        Step::Leave {
+            client: 1,
+            mark: true,
+        },
+        Step::Leave {
+            client: 2,
+            mark: true,
+        },
+    ]);
+    opening
+}
+
+/// Each deliberate bug in a copy of lua/ is told from the model by the conformance test.
+#[test]
+fn the_conformance_test_tells_each_deliberate_bug_from_the_model() {
+    let seed = seed();
+    // A waiter gives up (its token marked) and a request of that token comes late; a run
+    // waiter handed the lock takes its wake-up, and another caller looks after HEAR_MS.
+    let cancelled = vec![
+        acquire(1, Queue::Join, Mode::Exclusive, 10),
+        acquire(0, Queue::Join, Mode::Exclusive, 4),
+        Step::Leave {
+            client: 0,
+            mark: true,
+        },
+        acquire(0, Queue::Join, Mode::Exclusive, 4),
+    ];
+    let heard = vec![
+        acquire(0, Queue::Join, Mode::Exclusive, 10),
+        acquire(1, Queue::Join, Mode::Exclusive, 10),
+        Step::Release {
+            client: 0,
+            min_hold: 0,
+            lost: false,
+        },
+        Step::Pop { client: 1 },
+        Step::Tick(2),
+        acquire(2, Queue::Join, Mode::Exclusive, 4),
+    ];
+    // A reader holds, a writer waits, another reader comes: it queues behind the writer.
+    let readers = vec![
+        acquire(0, Queue::Join, Mode::Shared, 10),
+        acquire(1, Queue::Join, Mode::Exclusive, 4),
+        acquire(2, Queue::Join, Mode::Shared, 4),
+    ];
+    let openings = [
+        (4, cancelled),
+        (4, heard),
+        (4, readers),
+        (11, long_queue_opening()),
+        (4, watch_opening()),
+        (4, Vec::new()),
+    ];
+    let mut survived = Vec::new();
+    for bug in mutants::BUGS {
+        match bug.caught_by_conformance(seed, &openings) {
+            Some(how) => println!("{:?}: caught by the conformance test: {how}", bug.mutant),
+            None => survived.push(bug.mutant),
+        }
+    }
+    assert!(
+        survived.is_empty(),
+        "bugs the conformance test did not see: {survived:?}"
+    );
+}
