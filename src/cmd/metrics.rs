@@ -90,18 +90,34 @@ const METRICS: &[Metric] = &[
 ];
 
 pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done> {
-    let Listed { locks, skipped, .. } =
-        context
-            .store
-            .list(&context.prefix, Scope::WithHistory, context.log)?;
+    let Listed {
+        mut locks, skipped, ..
+    } = context
+        .store
+        .list(&context.prefix, Scope::WithHistory, context.log)?;
     for (key, why) in &skipped {
         context.log.warn(format_args!(
             "skipping {}: it holds data redlock did not write ({why:#})",
             printable(key)
         ));
     }
-    for (state, _) in &locks {
+    for (state, _) in &mut locks {
         super::warn_unreadable(context, &state.unreadable);
+        // The latest hold that is over is often the latest success too: warned of once.
+        let (name, now, mut left_out) = (&state.name, state.now, None);
+        for last in [&mut state.last_run, &mut state.last_success] {
+            let Some(fence) = last.as_ref().map(|entry| entry.fence) else {
+                continue;
+            };
+            if left_out == Some(fence)
+                || last
+                    .as_ref()
+                    .is_some_and(|entry| !super::check::believed(context, name, entry, now))
+            {
+                left_out = Some(fence);
+                *last = None;
+            }
+        }
     }
     let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
     write_stdout(exposition(&states).trim_end())?;
