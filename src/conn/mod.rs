@@ -272,12 +272,15 @@ impl Target {
         match (&self.servers, &self.sentinels) {
             (Servers::Single(address), _) => open(address),
             (Servers::Cluster { seeds }, _) => {
-                let mut failures = Vec::new();
+                let (mut failures, mut all_auth) = (Vec::new(), true);
                 seeds
                     .iter()
                     .find_map(|seed| {
                         open(seed)
-                            .map_err(|err| failures.push(format!("{seed}: {err:#}")))
+                            .map_err(|err| {
+                                all_auth &= failure_of(&err) == Some(Failure::Auth);
+                                failures.push(format!("{seed}: {err:#}"));
+                            })
                             .ok()
                     })
                     .map(|mut session| {
@@ -285,10 +288,19 @@ impl Target {
                         session
                     })
                     .ok_or_else(|| {
-                        fail(
-                            Failure::Unavailable,
-                            format!("no seed node answered ({})", failures.join("; ")),
-                        )
+                        // Every seed refusing the login: the credentials, not the network.
+                        let failures = failures.join("; ");
+                        if all_auth {
+                            fail(
+                                Failure::Auth,
+                                format!("every seed node refused the login ({failures})"),
+                            )
+                        } else {
+                            fail(
+                                Failure::Unavailable,
+                                format!("no seed node answered ({failures})"),
+                            )
+                        }
                     })
             }
             (_, Some(sentinels)) => sentinels.connect_master(&self.dial, timeout, open),
@@ -357,7 +369,15 @@ impl Session {
                 auth.arg(user);
             }
             auth.arg(password);
-            self.run(|con| auth.query::<()>(con))?;
+            // Not through `run`, whose errors quote the server: an error reply to AUTH may
+            // quote the password.
+            if let Err(err) = auth.query::<()>(&mut *self.con) {
+                return Err(if err.code().is_some() {
+                    self.named(classify::failed_auth(&err))
+                } else {
+                    self.explain(&err)
+                });
+            }
         }
         if db != 0 {
             self.run(|con| redis::cmd("SELECT").arg(db).query::<()>(con))?;
@@ -535,10 +555,14 @@ impl Session {
 
     /// The outcome of a failed request, with the server named where that helps.
     pub(crate) fn explain(&self, err: &RedisError) -> anyhow::Error {
-        let err = match self.con.tls_error() {
+        self.named(match self.con.tls_error() {
             Some(tls) => tls::classify_tls(tls),
             None => classify(err, self.command_timeout),
-        };
+        })
+    }
+
+    /// An outcome of a request on this session, with the server named where that helps.
+    fn named(&self, err: anyhow::Error) -> anyhow::Error {
         // A refusal about the data speaks for itself; a failure to talk names the server (in
         // a Cluster, whose URL names seeds, the node that failed too).
         if failure_of(&err) == Some(Failure::Usage) {
