@@ -501,7 +501,7 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
 }
 
 /// `promtool check metrics` of `text`, killed after 20 s (Debian's prometheus package; .ci/run installs it).
-fn promtool(text: &str) -> std::process::Output {
+pub(crate) fn promtool(text: &str) -> std::process::Output {
     use std::io::Write as _;
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])

@@ -169,6 +169,9 @@ fn header(text: &mut String, name: &str, help: &str) {
 }
 
 /// A label value as the text format writes it: backslash, double quote and line feed escaped.
+/// The format has no escape for other characters, so one that text output escapes (a control
+/// or bidirectional character: `crate::log::printable`) becomes the text that shows it there
+/// (`\u{202e}`, its backslash escaped in turn), which promtool accepts.
 fn label_value(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
@@ -176,6 +179,9 @@ fn label_value(text: &str) -> String {
             '\\' => escaped.push_str("\\\\"),
             '"' => escaped.push_str("\\\""),
             '\n' => escaped.push_str("\\n"),
+            c if crate::log::is_escaped(c) => {
+                escaped.push_str(&printable(&c.to_string()).replace('\\', "\\\\"));
+            }
             c => escaped.push(c),
         }
     }
@@ -206,6 +212,10 @@ mod tests {
         assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
         assert_eq!(label_value("one\ntwo"), "one\\ntwo");
         assert_eq!(label_value("日本 {x}"), "日本 {x}");
+        assert_eq!(
+            label_value("a\u{202e}b\u{200e}\u{9b}"),
+            r"a\\u{202e}b\\u{200e}\\u{9b}"
+        );
     }
 
     #[test]
