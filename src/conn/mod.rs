@@ -218,6 +218,35 @@ impl Target {
         })
     }
 
+    /// Where the password goes without TLS to servers the URL does not list, as `session`
+    /// (open on this target) finds them: the master a sentinel names, or a Cluster's nodes
+    /// that are not among the seeds (and any host a MOVED or ASK names: the session follows
+    /// redirections). Over TLS each host's certificate must carry the name the session
+    /// dialled; without it, whoever can answer for a sentinel or a node can name a host of
+    /// theirs and be sent the password. `None` without a password, over TLS, for one server,
+    /// or a Cluster whose every node is a seed.
+    pub(crate) fn unlisted_in_clear(&self, session: &mut Session) -> Option<Unlisted> {
+        if self.dial.credentials.password.is_none() || self.dial.tls.is_some() {
+            return None;
+        }
+        match &self.servers {
+            Servers::Single(_) => None,
+            Servers::Sentinel { .. } => Some(Unlisted::Master(session.address.to_string())),
+            Servers::Cluster { seeds } => {
+                let listed: Vec<String> = seeds.iter().map(Address::place).collect();
+                let Ok(nodes) = session.cluster_nodes() else {
+                    return Some(Unlisted::Nodes(None));
+                };
+                let unlisted: Vec<String> = nodes
+                    .iter()
+                    .filter(|node| !listed.contains(&node.place()))
+                    .map(ToString::to_string)
+                    .collect();
+                (!unlisted.is_empty()).then_some(Unlisted::Nodes(Some(unlisted)))
+            }
+        }
+    }
+
     /// The URL with any password replaced by `***`.
     pub(crate) fn redacted(&self) -> &str {
         &self.dial.shown
@@ -315,6 +344,16 @@ impl Target {
             }
         })
     }
+}
+
+/// Servers a password goes to without TLS that the URL does not list
+/// ([`Target::unlisted_in_clear`]).
+pub(crate) enum Unlisted {
+    /// The master the sentinels named (the URL lists the sentinels alone).
+    Master(String),
+    /// A Cluster's nodes (masters and replicas) that are not seeds; `None`: CLUSTER SLOTS could
+    /// not be read.
+    Nodes(Option<Vec<String>>),
 }
 
 /// Redirections a Cluster request may follow (a slot moved, or moving) before it fails.
@@ -535,6 +574,29 @@ impl Session {
         }
         sessions.insert(0, self);
         Ok(sessions)
+    }
+
+    /// Every node of the Cluster that serves slots, masters and replicas (CLUSTER SLOTS),
+    /// each once.
+    fn cluster_nodes(&mut self) -> anyhow::Result<Vec<Address>> {
+        let slots: Vec<Vec<redis::Value>> =
+            self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
+        let mut addresses = Vec::new();
+        // [start, end, [host, port, id, ...] of the master, then of each replica]
+        for node in slots.iter().flat_map(|range| range.iter().skip(2)) {
+            let host_port = (|| {
+                let parts: Vec<redis::Value> = redis::from_redis_value(node.clone()).ok()?;
+                let host: String = redis::from_redis_value(parts.first()?.clone()).ok()?;
+                let port: u16 = redis::from_redis_value(parts.get(1)?.clone()).ok()?;
+                Some(format!("{host}:{port}"))
+            })();
+            if let Some(address) = host_port.and_then(|node| self.node_address(&node).ok())
+                && !addresses.contains(&address)
+            {
+                addresses.push(address);
+            }
+        }
+        Ok(addresses)
     }
 
     /// The address of a node a redirection names (`host:port`; an empty host is this one's).
