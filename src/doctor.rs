@@ -2,7 +2,7 @@
 //! read from what the user may see (INFO, CONFIG GET, ROLE, and a script asking the ACL), one
 //! finding per subject. Nothing is changed.
 
-use crate::conn::Session;
+use crate::conn::{Session, Target, Unlisted};
 use crate::lock::Lock;
 
 /// How a finding bears on safety.
@@ -50,6 +50,7 @@ pub(crate) struct Finding {
 /// as for any command, not a list of unknowns.
 pub(crate) fn examine(
     session: &mut Session,
+    target: &Target,
     lock: &Lock,
     quorum: bool,
 ) -> anyhow::Result<(Vec<Finding>, Option<String>)> {
@@ -70,6 +71,7 @@ pub(crate) fn examine(
     {
         exam.cluster();
     }
+    exam.password_route(target);
     let run_id = server.as_deref().and_then(|text| field(text, "run_id"));
     Ok((exam.findings, run_id))
 }
@@ -417,6 +419,29 @@ impl Examination<'_> {
                 not_readable("the cluster's state"),
             ),
         }
+    }
+}
+
+impl Examination<'_> {
+    /// Whether the password goes without TLS to servers the user did not list (the master
+    /// the sentinels name, a Cluster's other nodes): said only when it does.
+    fn password_route(&mut self, target: &Target) {
+        let Some(unlisted) = target.unlisted_in_clear(self.session) else {
+            return;
+        };
+        let detail = match unlisted {
+            Unlisted::Master(master) => format!(
+                "the password goes without TLS to the master the sentinels name ({master}), which the URL does not list: whoever can answer for a sentinel can name a host of theirs and be sent it; use rediss+sentinel:// (each host's certificate is then checked) or a network you trust (docs/safety.md)"
+            ),
+            Unlisted::Nodes(nodes) => format!(
+                "the password goes without TLS to Cluster nodes the URL does not list ({}) and to any host a MOVED or ASK names: whoever can answer for a node can name a host of theirs and be sent it; use rediss+cluster:// (each host's certificate is then checked) or a network you trust (docs/safety.md)",
+                nodes.map_or_else(
+                    || "CLUSTER SLOTS could not be read".to_owned(),
+                    |nodes| nodes.join(", ")
+                )
+            ),
+        };
+        self.say("password", Verdict::Warn, detail);
     }
 }
 

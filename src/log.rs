@@ -148,18 +148,29 @@ pub(crate) fn terminal_width() -> Option<usize> {
     (asked == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
-/// Whether `c` overrides or isolates the direction of the text around it (U+202A-U+202E,
-/// U+2066-U+2069): shown raw, it makes a terminal display text in another order than it is
-/// (a command that reads as harmless, say).
+/// Whether `c` sets, overrides or isolates the direction of the text around it (Unicode's
+/// Bidi_Control: U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069): shown raw, it makes a
+/// terminal display text in another order than it is (a command that reads as harmless, say).
 fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    matches!(
+        c,
+        '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
-/// `text` with control characters (ESC, CR, BEL, ...) and bidirectional overrides replaced by
-/// escapes (`\u{1b}`, `\r`, `\u{202e}`), so that data read from Redis or a server cannot
-/// drive the terminal nor disguise itself. Every line redlock writes as text passes through
-/// it (print_line, the lines on stderr); the fields read from Redis pass through it first
-/// too, so that their quoting and cutting count what is shown. Escaping twice changes nothing.
+/// Whether redlock writes `c` escaped wherever it writes text from elsewhere: a control
+/// character (C0, DEL, and C1, whose U+009B is CSI, ESC [ in one character) or a
+/// bidirectional control.
+pub(crate) fn is_escaped(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
+/// `text` with control characters (ESC, CR, BEL, CSI, ...) and bidirectional controls replaced
+/// by escapes (`\u{1b}`, `\r`, `\u{9b}`, `\u{202e}`), so that data read from Redis or a
+/// server cannot drive the terminal nor disguise itself. Every line redlock writes as text
+/// passes through it (print_line, the lines on stderr); the fields read from Redis pass
+/// through it first too, so that their quoting and cutting count what is shown. Escaping
+/// twice changes nothing. JSON ([`json_text`]) and metrics escape the same characters.
 pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
@@ -174,13 +185,14 @@ pub(crate) fn printable(text: &str) -> String {
         .collect()
 }
 
-/// JSON text with bidirectional overrides written as JSON escapes (`\u202e`): still the same
-/// JSON (they can only stand in strings), but inert on a terminal. serde_json already escapes
-/// control characters.
+/// JSON text with the characters [`printable`] escapes written as JSON escapes (`\u009b`,
+/// `\u202e`): still the same JSON, but inert on a terminal. serde_json escapes C0 controls
+/// itself; the others (DEL, C1, the bidirectional controls) can only stand in strings, where
+/// an escape means the same character, and never as the JSON's own line breaks.
 pub(crate) fn json_text(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
-        if is_bidi_control(c) {
+        if is_escaped(c) && !c.is_ascii_whitespace() {
             out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);
@@ -250,5 +262,24 @@ mod tests {
         let escaped = json_text(&json);
         assert_eq!(escaped, r#""ls \u202etxt.exe\u2066x\u2069\u0007""#);
         assert_eq!(serde_json::from_str::<String>(&escaped).unwrap(), text);
+    }
+
+    #[test]
+    fn c1_controls_and_direction_marks_are_escaped_in_text_and_json() {
+        let text = "a\u{9b}2J\u{85}\u{7f}\u{61c}\u{200e}\u{200f}b";
+        assert_eq!(
+            printable(text),
+            "a\\u{9b}2J\\u{85}\\u{7f}\\u{61c}\\u{200e}\\u{200f}b"
+        );
+        let pretty = serde_json::to_string_pretty(&serde_json::json!({ "k": text })).unwrap();
+        let escaped = json_text(&pretty);
+        assert_eq!(
+            escaped,
+            "{\n  \"k\": \"a\\u009b2J\\u0085\\u007f\\u061c\\u200e\\u200fb\"\n}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&escaped).unwrap()["k"],
+            text
+        );
     }
 }

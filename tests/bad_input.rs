@@ -486,6 +486,116 @@ fn passwords_work_from_env_file_and_url_and_are_never_shown() {
     }
 }
 
+/// Found in review: a server whose AUTH is renamed answers it with `ERR unknown command
+/// 'AUTH', with args beginning with: 'PASSWORD'`, and redlock printed that reply: the password
+/// in text and JSON logs, and in doctor's error; a sentinel's password went the same way. A
+/// refused login is 77 with redlock's own words, never the server's text, on every path that
+/// logs in: one server, TLS, a sentinel, a Cluster's seed, a quorum's masters.
+#[test]
+fn a_refused_login_never_prints_the_servers_reply() {
+    let secret = "S3CRET-echoed-back";
+    let renamed = ["--rename-command", "AUTH", "LOGINELSEWHERE"];
+    let server = RedisServer::start_with(&renamed);
+    let port = server.port;
+    let url = server.url();
+    let secret_outputs = |out: &crate::util::Output| {
+        if out.stdout.contains(secret) || out.stderr.contains(secret) || out.stderr.contains("S3CR")
+        {
+            out.fail("the password was printed");
+        }
+    };
+    let refused = |out: &crate::util::Output| {
+        out.code(77);
+        secret_outputs(out);
+        if !out.stderr.contains("its reply is not shown") {
+            out.fail("the refusal says why its reply is not shown");
+        }
+    };
+    let inspect = |url: &str| {
+        Redlock::new(&["inspect", "--key", "k"])
+            .env("REDLOCK_URL", url)
+            .env("REDLOCK_PASSWORD", secret)
+    };
+    for extra in [
+        &[][..],
+        &["-v"],
+        &["--log-format", "json"],
+        &["--log-format", "json", "-v"],
+    ] {
+        let out = inspect(&url).args(extra).run();
+        refused(&out);
+        if extra.is_empty() {
+            out.one_line_error("AUTH");
+        }
+    }
+    // With a user: AUTH USER PASSWORD.
+    let with_user = format!("redis://someone@127.0.0.1:{port}");
+    refused(&inspect(&with_user).run());
+    for doctor in [&["doctor"][..], &["doctor", "--json"]] {
+        refused(
+            &Redlock::new(doctor)
+                .env("REDLOCK_URL", &url)
+                .env("REDLOCK_PASSWORD", secret)
+                .run(),
+        );
+    }
+    // The server as a sentinel, with the sentinels' own password; as a Cluster's seed.
+    let sentinel = Redlock::new(&["inspect", "--key", "k"])
+        .env(
+            "REDLOCK_URL",
+            &format!("redis+sentinel://127.0.0.1:{port}/mymaster"),
+        )
+        .env("REDLOCK_SENTINEL_PASSWORD", secret)
+        .run();
+    sentinel.code(77);
+    secret_outputs(&sentinel);
+    refused(&inspect(&format!("redis+cluster://127.0.0.1:{port}")).run());
+    // Three such masters: quorum mode.
+    let others = [
+        RedisServer::start_with(&renamed),
+        RedisServer::start_with(&renamed),
+    ];
+    let masters = format!("{url} {} {}", others[0].url(), others[1].url());
+    let out = inspect(&masters).run();
+    secret_outputs(&out);
+    assert!(out.status.code() != Some(70), "{:?}", out.status);
+    refused(
+        &Redlock::new(&["acquire", "--key", "k", "--ttl", "5s"])
+            .env("REDLOCK_URL", &masters)
+            .env("REDLOCK_PASSWORD", secret)
+            .run(),
+    );
+
+    // Over TLS.
+    let pki = crate::util::pki::Pki::generate();
+    let tls_port = free_port().to_string();
+    let (cert, key, ca) = (
+        pki.cert("server").display().to_string(),
+        pki.key("server").display().to_string(),
+        pki.cert("ca").display().to_string(),
+    );
+    let _tls = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+        "--rename-command",
+        "AUTH",
+        "LOGINELSEWHERE",
+    ]);
+    refused(
+        &inspect(&format!("rediss://127.0.0.1:{tls_port}"))
+            .args(&["--tls-ca", &ca])
+            .run(),
+    );
+}
+
 #[test]
 fn password_file_problems_are_reported() {
     let dir = TempDir::new("password-file");

@@ -501,7 +501,7 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
 }
 
 /// `promtool check metrics` of `text`, killed after 20 s (Debian's prometheus package; .ci/run installs it).
-fn promtool(text: &str) -> std::process::Output {
+pub(crate) fn promtool(text: &str) -> std::process::Output {
     use std::io::Write as _;
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
@@ -522,4 +522,79 @@ fn promtool(text: &str) -> std::process::Output {
         let _ = child.kill();
     }
     child.wait_with_output().unwrap()
+}
+
+/// Found in review: `check` believed end times in the future. A success that "ended" at
+/// i64::MAX ms (a record written by hand, or by a server whose clock was far ahead) reported
+/// OK, "0ms ago", for ever. A hold whose start or end lies more than a minute after the
+/// server's clock is left out, with a warning, by `check` (lines, JSON, plugin line) and by
+/// `metrics`; one a few seconds ahead (a clock stepped back a little) still counts.
+#[test]
+fn a_success_that_ends_in_the_future_is_not_believed() {
+    let server = RedisServer::start();
+    run_exiting(&server, "job", 3);
+    run_exiting(&server, "near", 3);
+    let now = server.time_ms();
+    let forge = |key: &str, fence: u64, ended: u64| {
+        let entry = serde_json::json!({
+            "fence": fence.to_string(), "mode": "exclusive", "limit": 0, "host": "forged",
+            "pid": 1, "user": "u", "cmd": "c", "since": now - 1000, "exp": now + 30_000,
+            "ended": ended, "outcome": "released", "exit": 0,
+        });
+        let history = format!("redlock:{{{key}}}:history");
+        server.cmd::<()>(&["ZADD", &history, &fence.to_string(), &entry.to_string()]);
+    };
+    forge("job", 100, i64::MAX as u64);
+    forge("job", 101, now + 3_600_000);
+    forge("near", 100, now + 5_000);
+
+    let out = check(&server, "job", "1h", &[]);
+    out.code(80).stdout_contains("job: STALE: ");
+    assert_eq!(
+        out.stderr.matches("ahead of the server's clock (2").count(),
+        2,
+        "one warning per hold left out: {}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("forged"), "{}", out.stdout);
+    let json = check(&server, "job", "1h", &["--json"]);
+    json.code(80);
+    let json = json.json();
+    assert_eq!(json[0]["status"], "stale");
+    assert_eq!(json[0]["last_success"], serde_json::Value::Null);
+    let plugin = check(&server, "job", "1h", &["--nagios"]);
+    plugin
+        .code(2)
+        .stdout_contains("REDLOCK CRITICAL - job: STALE");
+    // Five seconds ahead: believed.
+    check(&server, "near", "1h", &[])
+        .code(0)
+        .stdout_contains("near: OK: last success ")
+        .stderr_empty();
+
+    let metrics = server.redlock(&["metrics"]).run();
+    metrics.code(0);
+    assert_eq!(
+        metrics
+            .stderr
+            .matches("ahead of the server's clock (2")
+            .count(),
+        1,
+        "the latest hold, which is the latest success, warned of once: {}",
+        metrics.stderr
+    );
+    assert!(
+        !metrics
+            .stdout
+            .contains(r#"redlock_lock_last_success_timestamp_seconds{key="job"}"#),
+        "{}",
+        metrics.stdout
+    );
+    assert!(
+        metrics
+            .stdout
+            .contains(r#"redlock_lock_last_success_timestamp_seconds{key="near"}"#),
+        "{}",
+        metrics.stdout
+    );
 }

@@ -544,3 +544,69 @@ fn a_dead_run_waiters_grant_is_taken_back_on_a_cluster() {
         "the live run exited {took:?} after the release"
     );
 }
+
+/// Found in review: without TLS, a MOVED or ASK sends the password to whatever host it names,
+/// and so does every node CLUSTER SLOTS names that the URL does not list (over TLS the host's
+/// certificate is checked first: 77). `doctor` warns when the password goes without TLS to
+/// nodes the user did not list, naming them; with every node listed, or a single server, it
+/// has nothing to say of it.
+#[test]
+fn doctor_warns_of_a_password_sent_in_clear_to_nodes_the_url_does_not_list() {
+    let cluster = Cluster::start(0);
+    for node in &cluster.nodes {
+        node.cmd::<()>(&["CONFIG", "SET", "requirepass", "pw"]);
+    }
+    let doctor = |url: &str| {
+        Redlock::new(&["doctor"])
+            .env("REDLOCK_URL", url)
+            .env("REDLOCK_PASSWORD", "pw")
+            .run()
+    };
+    let password_line = |out: &crate::util::Output| {
+        out.stdout
+            .lines()
+            .find(|line| line.split_whitespace().nth(1) == Some("password"))
+            .map(str::to_owned)
+    };
+    let out = doctor(&cluster.url());
+    out.code(0);
+    let line = password_line(&out).unwrap_or_else(|| out.fail("no password line"));
+    assert!(line.starts_with("warning "), "{line}");
+    for node in &cluster.nodes[1..] {
+        assert!(
+            line.contains(&format!("127.0.0.1:{}", node.port)),
+            "names the unlisted node {}: {line}",
+            node.port
+        );
+    }
+    assert!(
+        !line.contains(&format!("127.0.0.1:{},", cluster.nodes[0].port)),
+        "{line}"
+    );
+    assert!(line.contains("rediss+cluster://"), "{line}");
+    let json = Redlock::new(&["doctor", "--json"])
+        .env("REDLOCK_URL", &cluster.url())
+        .env("REDLOCK_PASSWORD", "pw")
+        .run();
+    json.code(0);
+    assert!(
+        json.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|finding| finding["check"] == "password" && finding["verdict"] == "warning"),
+        "{}",
+        json.stdout
+    );
+    // (One node as a single server: its scripts meet MOVED, which doctor calls unsafe.)
+    for (listed, code) in [
+        (cluster.seeds_url(), 0),
+        (format!("redis://127.0.0.1:{}", cluster.nodes[0].port), 1),
+    ] {
+        let out = doctor(&listed);
+        out.code(code);
+        if let Some(line) = password_line(&out) {
+            out.fail(&format!("every node is listed: {line}"));
+        }
+    }
+}

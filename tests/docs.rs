@@ -823,3 +823,38 @@ fn doc(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
         .unwrap_or_else(|err| panic!("{path}: {err}"))
 }
+
+/// Found in review: docs/performance.md's commands and docs/reference.md's tables put the token
+/// on a command line (`--token`), which every local user can read in the process list, and the
+/// README said "pass it to `release`" without saying how. No example, code block or table row
+/// of the documentation passes a token as an argument, and a line that says to pass a token on
+/// names `REDLOCK_TOKEN`.
+#[test]
+fn no_example_puts_a_token_on_a_command_line() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths = vec!["README.md".to_owned(), "lua/README.md".to_owned()];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            paths.push(format!("docs/{name}"));
+        }
+    }
+    let mut offending = Vec::new();
+    for path in &paths {
+        let mut in_code = false;
+        for (number, line) in doc(path).lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                continue;
+            }
+            let shown = in_code || line.trim_start().starts_with('|');
+            let argument = line.contains("--token")
+                || ((line.contains("release") || line.contains("extend")) && line.contains(" -t "));
+            let passed = line.contains("pass it") && line.contains("token");
+            if (shown && argument) || (passed && !line.contains("REDLOCK_TOKEN")) {
+                offending.push(format!("{path}:{}: {line}", number + 1));
+            }
+        }
+    }
+    assert!(offending.is_empty(), "{}", offending.join("\n"));
+}

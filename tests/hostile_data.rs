@@ -891,3 +891,210 @@ fn a_minimum_hold_counts_from_now_at_the_latest() {
     let pttl: i64 = server.cmd(&["PTTL", HOLDERS]);
     assert!(pttl <= 60_000, "the lock is kept {pttl} ms");
 }
+
+/// The first millisecond of year 10000, which RFC 3339 cannot write.
+const YEAR_10000_MS: u64 = 253_402_300_800_000;
+
+/// Found in review: a holder's, a waiter's or a history entry's time at or after year 10000
+/// (253402300800000, or i64::MAX) made `list` exit 70 for every lock under the prefix,
+/// and `history`, `inspect --json`, `check --json` for that lock ("a Display implementation
+/// returned an error"). A history entry's such time is shown as one that cannot be shown; a
+/// holder's or a waiter's is a number the scripts refuse (it has more than 14 digits: see
+/// lua/README.md), so that lock is foreign data: skipped by `list` with a warning, refused by
+/// `inspect` (64). Every reader answers, none with 70.
+#[test]
+fn a_time_past_year_9999_is_shown_as_such_never_70() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["acquire", "--key", "bystander", "--ttl", "60s"])
+        .run()
+        .code(0);
+    let now = server.time_ms();
+    let until = (now + 60_000).to_string();
+    for (fence, since) in [(5_u64, YEAR_10000_MS), (6, i64::MAX as u64)] {
+        let mut entry: serde_json::Value = serde_json::from_str(&history_entry(fence)).unwrap();
+        entry["since"] = serde_json::json!(since);
+        entry["exp"] = serde_json::json!(since);
+        entry["ended"] = serde_json::json!(since);
+        entry["exit"] = serde_json::json!(0);
+        server.cmd::<()>(&["ZADD", HISTORY, &fence.to_string(), &entry.to_string()]);
+    }
+    // Another lock, held by a record whose times are past year 9999, and waited for by one.
+    let forged = |key: &str| key.replace("{job}", "{forged}");
+    let token = format!("{:032x}", 7);
+    let mut holder: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    holder["since"] = serde_json::json!(YEAR_10000_MS);
+    holder["ttl"] = serde_json::json!(60_000);
+    server.cmd::<()>(&["HSET", &forged(HOLDERS), &token, &holder.to_string()]);
+    server.cmd::<()>(&["ZADD", &forged(LEASES), &until, &token]);
+    let mut waiter: serde_json::Value =
+        serde_json::from_str(&queue_entry(1, now + 60_000)).unwrap();
+    waiter["since"] = serde_json::json!(YEAR_10000_MS);
+    server.cmd::<()>(&["ZADD", &forged(QUEUE), "1", "0000000000000001"]);
+    server.cmd::<()>(&[
+        "HSET",
+        &forged(WAITERS),
+        "0000000000000001",
+        &waiter.to_string(),
+    ]);
+    for key in [HOLDERS, LEASES, QUEUE, WAITERS] {
+        server.cmd::<()>(&["PEXPIREAT", &forged(key), &until]);
+    }
+    server.cmd::<()>(&["PEXPIREAT", HISTORY, &until]);
+    let unshown = "after year 9999";
+    let answers = |args: &[&str], codes: &[i32]| {
+        let out = server.redlock(args).run();
+        if !out.status.code().is_some_and(|code| codes.contains(&code)) {
+            out.fail(&format!("expected one of {codes:?}"));
+        }
+        if out.stderr.contains("panicked") || out.stderr.contains("Display") {
+            out.fail("a panic");
+        }
+        out
+    };
+    answers(&["list"], &[0])
+        .stdout_contains("bystander")
+        .stderr_contains("redlock:{forged}:holders");
+    answers(&["list", "--json"], &[0]);
+    answers(&["inspect", "--key", "forged"], &[64]);
+    answers(&["inspect", "--key", "job"], &[0, 1]);
+    answers(&["inspect", "--key", "job", "--json"], &[0, 1]).json();
+    answers(&["history", "--key", "job"], &[0]).stdout_contains(unshown);
+    let history = answers(&["history", "--key", "job", "--json"], &[0]);
+    for entry in history.json().as_array().unwrap() {
+        assert_eq!(entry["since"], unshown, "{}", history.stdout);
+        assert_eq!(entry["ended"], unshown, "{}", history.stdout);
+    }
+    let outcomes = [0, 80, 81, 83];
+    for args in [
+        &["check", "job", "--succeeded-within", "1h"][..],
+        &["check", "job", "--succeeded-within", "1h", "--json"],
+        &["check", "job", "--max-held", "1h", "--json"],
+    ] {
+        let out = answers(args, &outcomes);
+        if args.contains(&"--json") {
+            out.json();
+        }
+    }
+    answers(
+        &["check", "job", "--succeeded-within", "1h", "--nagios"],
+        &[0, 1, 2],
+    );
+    answers(&["metrics"], &[0]);
+}
+
+/// C1 controls (U+0080-U+009F; U+009B is CSI, ESC [ in one character, U+0085 a line break to
+/// some terminals) and the direction marks (U+061C, U+200E, U+200F) beside the overrides.
+const C1_AND_MARKS: &str = "\u{9b}2J\u{85}\u{9d}0;PWNED\u{9c}\u{61c}\u{200e}\u{200f}\u{202e}";
+
+/// Whether `text` holds a character of [`C1_AND_MARKS`]'s kinds raw.
+fn holds_c1_or_marks(text: &str) -> bool {
+    text.chars().any(|c| {
+        ('\u{7f}'..='\u{9f}').contains(&c)
+            || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    })
+}
+
+/// Found in review: `--json`, `--log-format json` and `metrics` wrote C1 controls and the
+/// direction marks raw, and text output the marks. Each is escaped everywhere: JSON with `\u`
+/// escapes (the same string once decoded), text as `printable` writes it (`\u{9b}`), and a
+/// Prometheus label value as that text, which promtool accepts.
+#[test]
+fn c1_controls_and_direction_marks_are_escaped_everywhere() {
+    let server = RedisServer::start();
+    let name = "mark\u{200e}\u{200f}\u{202e}ed";
+    server
+        .redlock(&["run", "--key", name, "--", "true"])
+        .run()
+        .code(0);
+    let now = server.time_ms();
+    let until = (now + 60_000).to_string();
+    let token = format!("{:032x}", 7);
+    let mut holder: serde_json::Value =
+        serde_json::from_str(&holder_record("exclusive", 7, now, now + 60_000)).unwrap();
+    for field in ["host", "user", "cmd", "note"] {
+        holder[field] = serde_json::json!(format!("{field}{C1_AND_MARKS}"));
+    }
+    server.cmd::<()>(&["HSET", HOLDERS, &token, &holder.to_string()]);
+    server.cmd::<()>(&["ZADD", LEASES, &until, &token]);
+    let mut entry: serde_json::Value = serde_json::from_str(&history_entry(6)).unwrap();
+    entry["cmd"] = serde_json::json!(format!("cmd{C1_AND_MARKS}"));
+    entry["why"] = serde_json::json!(format!("why{C1_AND_MARKS}"));
+    server.cmd::<()>(&["ZADD", HISTORY, "6", &entry.to_string()]);
+    for key in [HOLDERS, LEASES, HISTORY] {
+        server.cmd::<()>(&["PEXPIREAT", key, &until]);
+    }
+    let escaped = |args: &[&str], codes: &[i32]| {
+        let out = server.redlock(args).run();
+        if !out.status.code().is_some_and(|code| codes.contains(&code)) {
+            out.fail(&format!("expected one of {codes:?}"));
+        }
+        if holds_c1_or_marks(&out.stdout) || holds_c1_or_marks(&out.stderr) {
+            out.fail("a C1 control or a direction mark written raw");
+        }
+        out
+    };
+    for args in [
+        &["list"][..],
+        &["inspect", "--key", "job"],
+        &["history", "--key", "job"],
+    ] {
+        escaped(args, &[0]).stdout_contains(r"\u{9b}2J");
+    }
+    escaped(&["history", "--key", name], &[0]);
+    let acquired = escaped(&["acquire", "--key", name, "--ttl", "30s", "--json"], &[0]);
+    assert_eq!(acquired.json()["key"], name);
+    escaped(&["list"], &[0]).stdout_contains(r"mark\u{200e}\u{200f}\u{202e}ed");
+    let json = escaped(&["inspect", "--key", "job", "--json"], &[0]);
+    assert_eq!(
+        json.json()["holders"][0]["note"],
+        format!("note{C1_AND_MARKS}"),
+        "the same string once decoded"
+    );
+    json.stdout_contains(r"\u009b2J").stdout_contains(r"\u200e");
+    let json = escaped(&["list", "--json"], &[0]);
+    assert_eq!(
+        json.json()[0]["holders"][0]["user"],
+        format!("user{C1_AND_MARKS}")
+    );
+    let json = escaped(&["history", "--key", "job", "--json"], &[0]);
+    assert_eq!(json.json()[0]["why"], format!("why{C1_AND_MARKS}"));
+    escaped(&["history", "--key", name, "--json"], &[0]);
+    let json = escaped(&["check", name, "--succeeded-within", "1h", "--json"], &[0]);
+    assert_eq!(json.json()[0]["key"], name);
+    escaped(
+        &["check", "job", "--succeeded-within", "1h", "--nagios"],
+        &[0, 1, 2],
+    );
+    // The busy message names the holder, in text and in JSON lines.
+    escaped(&["acquire", "--key", "job", "--ttl", "5s"], &[75]).stderr_contains(r"\u{9b}2J");
+    let busy = escaped(
+        &[
+            "acquire",
+            "--key",
+            "job",
+            "--ttl",
+            "5s",
+            "--log-format",
+            "json",
+        ],
+        &[75],
+    );
+    let line: serde_json::Value = serde_json::from_str(busy.stderr.lines().next().unwrap())
+        .unwrap_or_else(|err| busy.fail(&format!("not a JSON line: {err}")));
+    assert!(
+        line["message"].as_str().unwrap().contains(r"host\u{9b}2J"),
+        "{line}"
+    );
+    let metrics = escaped(&["metrics"], &[0]);
+    metrics.stdout_contains(r#"{key="mark\\u{200e}\\u{200f}\\u{202e}ed"}"#);
+    let checked = crate::check::promtool(&metrics.stdout);
+    assert!(
+        checked.status.success(),
+        "promtool: {checked:?}\n{}",
+        metrics.stdout
+    );
+}

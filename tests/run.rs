@@ -794,6 +794,52 @@ fn the_command_sees_the_lock_in_its_environment_and_no_password() {
     );
 }
 
+/// Found in review: a password in REDIS_URL (the URL redlock reads when neither --redis nor
+/// REDLOCK_URL is given) reached the command, where REDLOCK_URL, REDLOCK_PASSWORD and
+/// REDLOCK_SENTINEL_PASSWORD were removed. Every variable redlock read a secret from is
+/// removed; REDIS_URL that redlock did not read (REDLOCK_URL was given), or that holds no
+/// password, is the user's, and the command sees it.
+#[test]
+fn the_command_never_sees_a_variable_redlock_read_a_secret_from() {
+    let secret = "pw-in-REDIS_URL";
+    let server = RedisServer::start_with(&["--requirepass", secret]);
+    let dir = TempDir::new("env-redis-url");
+    let env_file = dir.path().join("env");
+    let script = format!("env > {}", env_file.display());
+    let run = || {
+        crate::util::Redlock::new(&["run", "--key", "job", "--", "sh", "-c", &script])
+            .env_remove("REDLOCK_URL")
+    };
+    let with_password = format!("redis://:{secret}@127.0.0.1:{}", server.port);
+    run().env("REDIS_URL", &with_password).run().code(0);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        !env.contains(secret) && !env.contains("REDIS_URL="),
+        "the password reached the command:\n{env}"
+    );
+
+    // Not read: REDLOCK_URL names the server (the password comes apart), and REDIS_URL is
+    // some other service's, for the command.
+    let other = "redis://:the-apps-own@cache.example:6379";
+    run()
+        .env("REDLOCK_URL", &server.url())
+        .env("REDLOCK_PASSWORD", secret)
+        .env("REDIS_URL", other)
+        .run()
+        .code(0);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(!env.contains(secret), "{env}");
+    assert!(env.contains(&format!("REDIS_URL={other}\n")), "{env}");
+    // Read, without a password: nothing secret in it.
+    let open = RedisServer::start();
+    run().env("REDIS_URL", &open.url()).run().code(0);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        env.contains(&format!("REDIS_URL={}\n", open.url())),
+        "{env}"
+    );
+}
+
 #[test]
 fn the_token_in_the_environment_works_for_extend_and_inspect_shows_the_command() {
     let server = RedisServer::start();

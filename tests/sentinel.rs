@@ -267,3 +267,30 @@ fn a_waiter_follows_a_failover() {
     // finds the master anew, takes the lock.
     waiter.wait(Duration::from_secs(30)).code(0);
 }
+
+/// Found in review: without TLS, the password goes to whatever master a sentinel names (over
+/// TLS the master's certificate is checked first: 77). `doctor` warns of it, naming the master
+/// the sentinels named; the sentinels themselves are listed in the URL.
+#[test]
+fn doctor_warns_of_a_password_sent_in_clear_to_the_master_the_sentinels_name() {
+    let set = Sentinels::start_with_replicas(0);
+    let master = set.master_port();
+    set.master
+        .cmd::<()>(&["CONFIG", "SET", "requirepass", "pw"]);
+    for sentinel in &set.sentinels {
+        sentinel.cmd::<()>(&["SENTINEL", "SET", SERVICE, "auth-pass", "pw"]);
+    }
+    let out = Redlock::new(&["doctor"])
+        .env("REDLOCK_URL", &set.url())
+        .env("REDLOCK_PASSWORD", "pw")
+        .run();
+    out.code(0);
+    let line = out
+        .stdout
+        .lines()
+        .find(|line| line.split_whitespace().nth(1) == Some("password"))
+        .unwrap_or_else(|| out.fail("no password line"));
+    assert!(line.starts_with("warning "), "{line}");
+    assert!(line.contains(&format!("127.0.0.1:{master}")), "{line}");
+    assert!(line.contains("rediss+sentinel://"), "{line}");
+}

@@ -146,8 +146,9 @@ impl Every {
 /// the command gets SIGKILL too (Linux parent-death signal).
 ///
 /// The command sees REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE (the fencing token),
-/// REDLOCK_TTL_MS and REDLOCK_HELD=1; REDLOCK_PASSWORD and REDLOCK_SENTINEL_PASSWORD are removed
-/// from its environment.
+/// REDLOCK_TTL_MS and REDLOCK_HELD=1; every variable redlock read a secret from is removed from
+/// its environment (REDLOCK_PASSWORD, REDLOCK_SENTINEL_PASSWORD, and REDLOCK_URL, or the
+/// REDIS_URL redlock read, when it holds a password).
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]

@@ -15,7 +15,7 @@ use crate::cli::CheckArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, PluginState, hint_of};
 use crate::keys::LockName;
-use crate::lock::HistoryEntry;
+use crate::lock::{AHEAD_OF_CLOCK_MS, HistoryEntry};
 use crate::log::quoted;
 use crate::store::History;
 
@@ -64,8 +64,12 @@ pub(super) fn run(context: anyhow::Result<Context>, args: &CheckArgs) -> anyhow:
         let mut judged = Vec::with_capacity(names.len());
         for name in names {
             let lock = context.lock(name);
-            let history = context.store.history(&lock, context.log)?;
+            let mut history = context.store.history(&lock, context.log)?;
             super::warn_unreadable(&context, &history.unreadable);
+            let now = history.now;
+            history
+                .entries
+                .retain(|entry| believed(&context, &lock.name, entry, now));
             judged.push(judge(lock.name, history, limits));
         }
         Ok((context, judged))
@@ -127,6 +131,25 @@ fn names(args: &CheckArgs) -> anyhow::Result<Vec<LockName>> {
         }
         _ => Ok(names),
     }
+}
+
+/// Whether a hold's times can be believed at server time `now`: one that starts or ends more
+/// than [`AHEAD_OF_CLOCK_MS`] after it is warned of (naming the lock and its fence) and not
+/// counted, by `check` and `metrics`.
+pub(super) fn believed(context: &Context, name: &LockName, entry: &HistoryEntry, now: u64) -> bool {
+    let Some(ahead) = entry.ahead_of(now) else {
+        return true;
+    };
+    context.log.warn(format_args!(
+        "skipping the hold of fence {} in the history of '{}': its {} ({}) is more than {} ahead of the server's clock ({}); a time still to come proves nothing",
+        entry.fence,
+        shown(name.as_str()),
+        if entry.ended == Some(ahead) { "end" } else { "start" },
+        rfc3339(ahead),
+        duration::display(Duration::from_millis(AHEAD_OF_CLOCK_MS)),
+        rfc3339(now),
+    ));
+    false
 }
 
 /// What the history of `name` comes to under `limits`.

@@ -23,7 +23,8 @@ impl Context {
         let mut urls = given_urls(&global)?;
         // -q quiets expected outcomes, never a warning about the user's safety.
         let password_in_argv = password_in_argv(&urls);
-        if urls.is_empty() {
+        let read_redis_url = urls.is_empty();
+        if read_redis_url {
             urls.push(match std::env::var_os("REDIS_URL") {
                 None => DEFAULT_URL.to_owned(),
                 Some(url) => url
@@ -56,6 +57,7 @@ impl Context {
                 .filter(|p| !p.is_empty()),
         };
         let relaunch = relaunch(&global, &urls.join(" "), password.as_deref());
+        let secret_variables = secret_variables(read_redis_url && url_password);
         let access = Access {
             password,
             sentinel_password,
@@ -79,6 +81,7 @@ impl Context {
             },
             inherited,
             relaunch,
+            secret_variables,
         })
     }
 }
@@ -114,6 +117,25 @@ fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow:
         targets.push(target);
     }
     Ok(Store::new(targets, command_timeout))
+}
+
+/// The variables the command `run` starts must not see: redlock's password variables,
+/// REDLOCK_URL when one of its URLs holds a password (read or not: it is redlock's), and
+/// REDIS_URL when redlock read its password from it (`redis_url_password`). A REDIS_URL that
+/// redlock did not read (--redis or REDLOCK_URL was given) is some other service's, left to
+/// the command.
+fn secret_variables(redis_url_password: bool) -> Vec<&'static str> {
+    let mut names = vec!["REDLOCK_PASSWORD", "REDLOCK_SENTINEL_PASSWORD"];
+    // Several URLs (quorum mode) are separated by spaces: any one with a secret hides them all.
+    if std::env::var("REDLOCK_URL")
+        .is_ok_and(|urls| urls.split_whitespace().any(crate::conn::url_has_password))
+    {
+        names.push("REDLOCK_URL");
+    }
+    if redis_url_password {
+        names.push("REDIS_URL");
+    }
+    names
 }
 
 /// URL used when neither --redis, REDLOCK_URL nor REDIS_URL is set.

@@ -18,7 +18,7 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
     let mut unreachable = Vec::new();
     for target in &targets {
         let found = crate::store::connect(target, context.log)
-            .and_then(|mut session| doctor::examine(&mut session, &lock, quorum));
+            .and_then(|mut session| doctor::examine(&mut session, target, &lock, quorum));
         let findings = match found {
             Ok((mut findings, id)) => {
                 if let Some(id) = id {

@@ -90,18 +90,34 @@ const METRICS: &[Metric] = &[
 ];
 
 pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done> {
-    let Listed { locks, skipped, .. } =
-        context
-            .store
-            .list(&context.prefix, Scope::WithHistory, context.log)?;
+    let Listed {
+        mut locks, skipped, ..
+    } = context
+        .store
+        .list(&context.prefix, Scope::WithHistory, context.log)?;
     for (key, why) in &skipped {
         context.log.warn(format_args!(
             "skipping {}: it holds data redlock did not write ({why:#})",
             printable(key)
         ));
     }
-    for (state, _) in &locks {
+    for (state, _) in &mut locks {
         super::warn_unreadable(context, &state.unreadable);
+        // The latest hold that is over is often the latest success too: warned of once.
+        let (name, now, mut left_out) = (&state.name, state.now, None);
+        for last in [&mut state.last_run, &mut state.last_success] {
+            let Some(fence) = last.as_ref().map(|entry| entry.fence) else {
+                continue;
+            };
+            if left_out == Some(fence)
+                || last
+                    .as_ref()
+                    .is_some_and(|entry| !super::check::believed(context, name, entry, now))
+            {
+                left_out = Some(fence);
+                *last = None;
+            }
+        }
     }
     let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
     write_stdout(exposition(&states).trim_end())?;
@@ -153,6 +169,9 @@ fn header(text: &mut String, name: &str, help: &str) {
 }
 
 /// A label value as the text format writes it: backslash, double quote and line feed escaped.
+/// The format has no escape for other characters, so one that text output escapes (a control
+/// or bidirectional character: `crate::log::printable`) becomes the text that shows it there
+/// (`\u{202e}`, its backslash escaped in turn), which promtool accepts.
 fn label_value(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
@@ -160,6 +179,9 @@ fn label_value(text: &str) -> String {
             '\\' => escaped.push_str("\\\\"),
             '"' => escaped.push_str("\\\""),
             '\n' => escaped.push_str("\\n"),
+            c if crate::log::is_escaped(c) => {
+                escaped.push_str(&printable(&c.to_string()).replace('\\', "\\\\"));
+            }
             c => escaped.push(c),
         }
     }
@@ -190,6 +212,10 @@ mod tests {
         assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
         assert_eq!(label_value("one\ntwo"), "one\\ntwo");
         assert_eq!(label_value("日本 {x}"), "日本 {x}");
+        assert_eq!(
+            label_value("a\u{202e}b\u{200e}\u{9b}"),
+            r"a\\u{202e}b\\u{200e}\\u{9b}"
+        );
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub(crate) struct Context {
     /// `acquire --keep-alive`): arguments, and the environment that carries the URL and the
     /// passwords, which never go into arguments.
     relaunch: (Vec<std::ffi::OsString>, Vec<(String, String)>),
+    /// The environment variables that hold a secret redlock read, or one of its own: never
+    /// passed on to the command `run` starts.
+    secret_variables: Vec<&'static str>,
 }
 
 impl Context {

@@ -55,9 +55,19 @@ pub(super) fn elapsed(from_ms: u64, to_ms: u64) -> Duration {
     Duration::from_millis(to_ms.saturating_sub(from_ms))
 }
 
+/// A time as RFC 3339 (`2026-03-01T09:30:00Z`), or [`PAST_YEAR_9999`] for one that RFC 3339
+/// cannot write: only a record someone else wrote holds one, and it is no reason to fail.
 pub(super) fn rfc3339(unix_ms: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    UNIX_EPOCH
+        .checked_add(Duration::from_millis(unix_ms))
+        .and_then(|at| write!(text, "{}", humantime::format_rfc3339_seconds(at)).ok())
+        .map_or_else(|| PAST_YEAR_9999.to_owned(), |()| text)
 }
+
+/// How a time past what RFC 3339 can write is shown (the `_ms` fields of JSON keep it).
+pub(super) const PAST_YEAR_9999: &str = "after year 9999";
 
 /// The width tables are fitted to (0: not fitted), set by [`fit_tables_to_terminal`].
 pub(super) static FIT_WIDTH: AtomicUsize = AtomicUsize::new(0);
@@ -213,4 +223,18 @@ pub(super) fn table(rows: &[Vec<String>]) -> String {
     }
     out.pop();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAST_YEAR_9999, rfc3339};
+
+    #[test]
+    fn a_time_rfc3339_cannot_write_is_said_to_be_past_it() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(253_402_300_799_999), "9999-12-31T23:59:59Z");
+        for unshown in [253_402_300_800_000, i64::MAX as u64, u64::MAX] {
+            assert_eq!(rfc3339(unshown), PAST_YEAR_9999, "{unshown}");
+        }
+    }
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::{Context, ask, busy, lock_name};
 use crate::acquire::{Ask, Outcome};
 use crate::cli::RunArgs;
-use crate::conn::url_has_password;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lease::{MIN_TTL, Plan, Unfit};
@@ -127,15 +126,11 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         duration::display(plan.renew_every)
     ));
 
-    let mut remove_env = vec![
-        "REDLOCK_PASSWORD".to_owned(),
-        "REDLOCK_SENTINEL_PASSWORD".to_owned(),
-    ];
-    // Several URLs (quorum mode) are separated by spaces: any one with a secret hides them all.
-    if std::env::var("REDLOCK_URL").is_ok_and(|urls| urls.split_whitespace().any(url_has_password))
-    {
-        remove_env.push("REDLOCK_URL".to_owned());
-    }
+    let remove_env = context
+        .secret_variables
+        .iter()
+        .map(|&name| name.to_owned())
+        .collect();
     let job = Job {
         argv,
         set_env: vec![

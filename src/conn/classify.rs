@@ -31,6 +31,57 @@ pub(super) fn classify(err: &RedisError, timeout: Duration) -> anyhow::Error {
         .unwrap_or_else(|| unexpected(err, code, detail))
 }
 
+/// A login (AUTH) the server answered with an error, in redlock's words alone: a server may
+/// repeat the request in its reply (one whose AUTH is renamed answers `ERR unknown command
+/// 'AUTH', with args beginning with: 'PASSWORD'`), so no text of the reply is shown, whatever
+/// the code. Only what the reply's kind or fixed wording tells is said.
+pub(super) fn failed_auth(err: &RedisError) -> anyhow::Error {
+    const NOT_SHOWN: &str = "its reply is not shown, as it may repeat the password";
+    let code = err.code().unwrap_or_default();
+    let detail = err.detail().unwrap_or_default();
+    match err.kind() {
+        // The code of a kind the redis crate knows is its own fixed word.
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::TryAgain,
+        ) => {
+            return fail_unserved(format!("the server cannot serve requests now ({code})"));
+        }
+        _ if code == "WRONGPASS" => {
+            return fail(
+                Failure::Auth,
+                "authentication failed (wrong password or user)",
+            );
+        }
+        _ => {}
+    }
+    if detail.starts_with("max number of clients reached") {
+        fail(
+            Failure::Unavailable,
+            "the server takes no more connections (max number of clients reached)",
+        )
+    } else if detail.contains("called without any password configured") {
+        fail(
+            Failure::Auth,
+            "a password was given, but the server has none set for the default user (give none, or a user that has one)",
+        )
+    } else if detail.starts_with("unknown command") {
+        fail(
+            Failure::Auth,
+            format!(
+                "authentication failed: the server does not know the AUTH command (renamed or disabled); {NOT_SHOWN}"
+            ),
+        )
+    } else {
+        fail(
+            Failure::Auth,
+            format!("authentication failed: the server refused the login; {NOT_SHOWN}"),
+        )
+    }
+}
+
 /// The server refused the request for a reason of its own, which it names.
 fn refused(what: &str, code: &str, detail: &str) -> anyhow::Error {
     fail(

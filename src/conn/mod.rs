@@ -218,6 +218,35 @@ impl Target {
         })
     }
 
+    /// Where the password goes without TLS to servers the URL does not list, as `session`
+    /// (open on this target) finds them: the master a sentinel names, or a Cluster's nodes
+    /// that are not among the seeds (and any host a MOVED or ASK names: the session follows
+    /// redirections). Over TLS each host's certificate must carry the name the session
+    /// dialled; without it, whoever can answer for a sentinel or a node can name a host of
+    /// theirs and be sent the password. `None` without a password, over TLS, for one server,
+    /// or a Cluster whose every node is a seed.
+    pub(crate) fn unlisted_in_clear(&self, session: &mut Session) -> Option<Unlisted> {
+        if self.dial.credentials.password.is_none() || self.dial.tls.is_some() {
+            return None;
+        }
+        match &self.servers {
+            Servers::Single(_) => None,
+            Servers::Sentinel { .. } => Some(Unlisted::Master(session.address.to_string())),
+            Servers::Cluster { seeds } => {
+                let listed: Vec<String> = seeds.iter().map(Address::place).collect();
+                let Ok(nodes) = session.cluster_nodes() else {
+                    return Some(Unlisted::Nodes(None));
+                };
+                let unlisted: Vec<String> = nodes
+                    .iter()
+                    .filter(|node| !listed.contains(&node.place()))
+                    .map(ToString::to_string)
+                    .collect();
+                (!unlisted.is_empty()).then_some(Unlisted::Nodes(Some(unlisted)))
+            }
+        }
+    }
+
     /// The URL with any password replaced by `***`.
     pub(crate) fn redacted(&self) -> &str {
         &self.dial.shown
@@ -272,12 +301,15 @@ impl Target {
         match (&self.servers, &self.sentinels) {
             (Servers::Single(address), _) => open(address),
             (Servers::Cluster { seeds }, _) => {
-                let mut failures = Vec::new();
+                let (mut failures, mut all_auth) = (Vec::new(), true);
                 seeds
                     .iter()
                     .find_map(|seed| {
                         open(seed)
-                            .map_err(|err| failures.push(format!("{seed}: {err:#}")))
+                            .map_err(|err| {
+                                all_auth &= failure_of(&err) == Some(Failure::Auth);
+                                failures.push(format!("{seed}: {err:#}"));
+                            })
                             .ok()
                     })
                     .map(|mut session| {
@@ -285,10 +317,19 @@ impl Target {
                         session
                     })
                     .ok_or_else(|| {
-                        fail(
-                            Failure::Unavailable,
-                            format!("no seed node answered ({})", failures.join("; ")),
-                        )
+                        // Every seed refusing the login: the credentials, not the network.
+                        let failures = failures.join("; ");
+                        if all_auth {
+                            fail(
+                                Failure::Auth,
+                                format!("every seed node refused the login ({failures})"),
+                            )
+                        } else {
+                            fail(
+                                Failure::Unavailable,
+                                format!("no seed node answered ({failures})"),
+                            )
+                        }
                     })
             }
             (_, Some(sentinels)) => sentinels.connect_master(&self.dial, timeout, open),
@@ -303,6 +344,16 @@ impl Target {
             }
         })
     }
+}
+
+/// Servers a password goes to without TLS that the URL does not list
+/// ([`Target::unlisted_in_clear`]).
+pub(crate) enum Unlisted {
+    /// The master the sentinels named (the URL lists the sentinels alone).
+    Master(String),
+    /// A Cluster's nodes (masters and replicas) that are not seeds; `None`: CLUSTER SLOTS could
+    /// not be read.
+    Nodes(Option<Vec<String>>),
 }
 
 /// Redirections a Cluster request may follow (a slot moved, or moving) before it fails.
@@ -357,7 +408,15 @@ impl Session {
                 auth.arg(user);
             }
             auth.arg(password);
-            self.run(|con| auth.query::<()>(con))?;
+            // Not through `run`, whose errors quote the server: an error reply to AUTH may
+            // quote the password.
+            if let Err(err) = auth.query::<()>(&mut *self.con) {
+                return Err(if err.code().is_some() {
+                    self.named(classify::failed_auth(&err))
+                } else {
+                    self.explain(&err)
+                });
+            }
         }
         if db != 0 {
             self.run(|con| redis::cmd("SELECT").arg(db).query::<()>(con))?;
@@ -517,6 +576,29 @@ impl Session {
         Ok(sessions)
     }
 
+    /// Every node of the Cluster that serves slots, masters and replicas (CLUSTER SLOTS),
+    /// each once.
+    fn cluster_nodes(&mut self) -> anyhow::Result<Vec<Address>> {
+        let slots: Vec<Vec<redis::Value>> =
+            self.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con))?;
+        let mut addresses = Vec::new();
+        // [start, end, [host, port, id, ...] of the master, then of each replica]
+        for node in slots.iter().flat_map(|range| range.iter().skip(2)) {
+            let host_port = (|| {
+                let parts: Vec<redis::Value> = redis::from_redis_value(node.clone()).ok()?;
+                let host: String = redis::from_redis_value(parts.first()?.clone()).ok()?;
+                let port: u16 = redis::from_redis_value(parts.get(1)?.clone()).ok()?;
+                Some(format!("{host}:{port}"))
+            })();
+            if let Some(address) = host_port.and_then(|node| self.node_address(&node).ok())
+                && !addresses.contains(&address)
+            {
+                addresses.push(address);
+            }
+        }
+        Ok(addresses)
+    }
+
     /// The address of a node a redirection names (`host:port`; an empty host is this one's).
     fn node_address(&self, node: &str) -> anyhow::Result<Address> {
         let (host, port) = node
@@ -535,10 +617,14 @@ impl Session {
 
     /// The outcome of a failed request, with the server named where that helps.
     pub(crate) fn explain(&self, err: &RedisError) -> anyhow::Error {
-        let err = match self.con.tls_error() {
+        self.named(match self.con.tls_error() {
             Some(tls) => tls::classify_tls(tls),
             None => classify(err, self.command_timeout),
-        };
+        })
+    }
+
+    /// An outcome of a request on this session, with the server named where that helps.
+    fn named(&self, err: anyhow::Error) -> anyhow::Error {
         // A refusal about the data speaks for itself; a failure to talk names the server (in
         // a Cluster, whose URL names seeds, the node that failed too).
         if failure_of(&err) == Some(Failure::Usage) {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use self::acquire::{Acquisition, Lease, Mode, Queueing, Request};
 pub use self::list::{Listing, Scope, list};
-pub use self::record::{HistoryEntry, Holder, Queued, Retention, Unreadable};
+pub use self::record::{AHEAD_OF_CLOCK_MS, HistoryEntry, Holder, Queued, Retention, Unreadable};
 pub use self::release::{Ending, Release, ReleaseRequest};
 pub use self::renew::Refreshed;
 pub use self::state::{Denied, INSPECT_HOLDERS, INSPECT_WAITERS, LockState};

@@ -197,7 +197,24 @@ pub struct HistoryEntry {
     pub why: Option<String>,
 }
 
+/// How far after the server's clock a hold's start or end may lie and still be believed
+/// ([`HistoryEntry::ahead_of`]). Every time in a history is the server's own clock when the
+/// scripts wrote it, and readers compare with that clock: only a clock stepped back since, or a
+/// record written by hand, puts one in the future. NTP steps a clock by well under a minute.
+pub const AHEAD_OF_CLOCK_MS: u64 = 60_000;
+
 impl HistoryEntry {
+    /// The hold's start or end when it lies more than [`AHEAD_OF_CLOCK_MS`] after server time
+    /// `now`. `check` and `metrics` leave such a hold out: a success that ends in the future
+    /// would count as recent for ever.
+    pub fn ahead_of(&self, now: u64) -> Option<u64> {
+        let limit = now.saturating_add(AHEAD_OF_CLOCK_MS);
+        [self.ended, Some(self.since)]
+            .into_iter()
+            .flatten()
+            .find(|&at| at > limit)
+    }
+
     /// Whether the hold ended well: released, with exit status 0 (the command `run` ran, or
     /// what `release --exit-status` reported). `lua/inspect.lua` says the same of its
     /// `last_success`.
