@@ -18,6 +18,9 @@ local lock
 refused, lock = open_lock(key, {fence = true, unqueued = true})
 if refused then return refused end
 local now, max_holders, max_waiters = lock.now, tonumber(arg.max_holders), tonumber(arg.max_waiters)
+-- How far ahead of the server's clock a hold's times may be and still be believed (`check`
+-- leaves out the same: src/cmd/check.rs).
+local AHEAD_OF_CLOCK_MS = 60000
 
 local holder_json, holder_tid = {}, {}
 if live_count(lock) > 0 then
@@ -65,6 +68,10 @@ if lock.history_count > 0 then
       -- (A member redlock did not write, added by hand, is passed over, as history.lua's
       -- reader passes it over.)
       local entry = decode(entries[i])
+      -- (A hold that began or ended ahead of the server's clock was written by hand, or by a
+      -- clock stepped back since: it never stands for the last run or success, which readers
+      -- would show as "0ms ago" for as long as it lasts, and hide the real ones behind.)
+      if entry and math.max(entry.since, entry.ended or 0) > now + AHEAD_OF_CLOCK_MS then entry = nil end
       if entry and not last_run and (entry.ended or entry.exp <= now) then last_run = entries[i] end
       if entry and not last_success and entry.ended and entry.outcome == 'released' and
         entry.exit == 0 then

@@ -411,6 +411,14 @@ mod tests {
             value("QUEUE_ENTRY_TTL_MS"),
             crate::lock::QUEUE_ENTRY_TTL.as_millis()
         );
+        let inspect = include_str!("../lua/inspect.lua");
+        assert!(
+            inspect.contains(&format!(
+                "local AHEAD_OF_CLOCK_MS = {}\n",
+                crate::lock::AHEAD_OF_CLOCK_MS
+            )),
+            "inspect.lua believes a hold's times as far ahead of the clock as check does"
+        );
         assert_eq!(
             value("LONGEST_LEASE_MS"),
             crate::duration::MAX.as_millis(),
