@@ -604,14 +604,14 @@ fn a_success_ahead_of_the_clock_does_not_hide_the_real_one_from_metrics() {
     let real_end = real["ended"].as_u64().unwrap();
     let now = server.time_ms();
     let entry = serde_json::json!({
-        "fence": "99999999999999", "mode": "exclusive", "limit": 0, "host": "forged", "pid": 1,
+        "fence": "9000000000000000", "mode": "exclusive", "limit": 0, "host": "forged", "pid": 1,
         "user": "u", "cmd": "c", "since": now, "exp": now + 30_000, "ended": now + 3_600_000,
         "outcome": "released", "exit": 0,
     });
     server.cmd::<()>(&[
         "ZADD",
         "redlock:{shadowed}:history",
-        "99999999999999",
+        "9000000000000000",
         &entry.to_string(),
     ]);
     let metrics = server.redlock(&["metrics"]).run();
