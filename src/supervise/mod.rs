@@ -38,7 +38,7 @@ use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::Store;
+use crate::store::{ReleaseBound, Store};
 use stopper::{Ended, SURVIVAL_LIMIT, Stopper};
 
 /// What to run under the lock.
@@ -54,10 +54,11 @@ pub(crate) struct Job {
     pub(crate) replicas: Option<u32>,
 }
 
-/// The longest the final release may take after the command ended (docs/reference.md: redlock ends
-/// within a second of the command whatever state Redis is in). Waiting longer buys nothing: a
+/// The longest the final release waits for an answer after the command ended (docs/reference.md:
+/// redlock ends within a second of the command if Redis hangs). Waiting longer buys nothing: a
 /// release sent to a slow server still runs when the server gets to it, after redlock has
-/// gone; one that never runs leaves the lock to expire with its lease.
+/// gone; one that never runs leaves the lock to expire with its lease. (One the server refused
+/// without running it is sent again for up to the release timeout: see `Store::release`.)
 const FINAL_RELEASE: Duration = Duration::from_secs(1);
 
 /// Runs `job` under the lock just `held`; releases the lock after the command's group is gone
@@ -88,8 +89,9 @@ pub(crate) fn supervise(
         log,
         worker,
     };
-    let too_late = job.plan.window(confirmed).term_at;
-    let (child, session) = match start(job, signals, &ending, session, too_late)? {
+    let window = job.plan.window(confirmed);
+    let moments = (window.term_at, window.valid_until);
+    let (child, session) = match start(job, signals, &ending, session, moments)? {
         Started::Running(child, session) => (child, session),
         Started::NotStarted(done) => return Ok(done),
     };
@@ -129,15 +131,20 @@ enum Started {
 
 /// Starts the command on the lease just taken, unless a terminating signal came first or the
 /// lease is about to lapse (`too_late`: a slow or stalled acquisition); when it is not started,
-/// the lock is released first, within the hasty bound.
+/// the lock is released first, within the hasty bound (and, sent again, not past the lease's
+/// end, `lease_ends`).
 fn start(
     job: &Job,
     signals: &Signals,
     ending: &FinalRelease<'_>,
     session: Option<Session>,
-    too_late: BootInstant,
+    (too_late, lease_ends): (BootInstant, BootInstant),
 ) -> anyhow::Result<Started> {
     let key = ending.key;
+    let hasty = ReleaseBound {
+        answer: HASTY_RELEASE,
+        lease_ends: Some(lease_ends),
+    };
     if let Some(signal) = ending
         .inbox
         .pending_signal()
@@ -147,7 +154,7 @@ fn start(
             "{} received before the command started",
             signals::name(signal)
         );
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
+        ending.release(session, Duration::ZERO, hasty, None, Some(why))?;
         ending.log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
@@ -156,7 +163,7 @@ fn start(
     }
     if BootInstant::now() >= too_late {
         let why = "granted too late to start the command".to_owned();
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
+        ending.release(session, Duration::ZERO, hasty, None, Some(why))?;
         return Err(fail(
             Failure::Unavailable,
             format!("lock '{key}' was granted too late to start the command safely; released"),
@@ -164,7 +171,7 @@ fn start(
     }
     if let Err(err) = child::become_subreaper() {
         // The setting's error is the one to report; a release that fails expires anyway.
-        let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None);
+        let _ = ending.release(session, Duration::ZERO, hasty, None, None);
         return Err(err.into());
     }
     let spec = child::Spec {
@@ -185,7 +192,7 @@ fn start(
             let failure = spawn_failure(&job.argv[0], &err);
             let code = i32::from(crate::exit::exit_code(&failure, crate::exit::BUSY));
             let status = Some(ChildStatus::Exited(code));
-            ending.release(session, Duration::ZERO, HASTY_RELEASE, status, None)?;
+            ending.release(session, Duration::ZERO, hasty, status, None)?;
             Err(failure)
         }
     }
@@ -476,6 +483,12 @@ impl Supervisor<'_> {
     fn finish(self, ended: Ended, ending: FinalRelease<'_>) -> anyhow::Result<Done> {
         self.command.reclaim_terminal();
         crate::failpoint::hit("ending");
+        // A release known not to have run is sent again, but not past the lease's end.
+        let lease_ends = Some(self.renewer.window().valid_until);
+        let hasty = ReleaseBound {
+            answer: HASTY_RELEASE,
+            lease_ends,
+        };
         // Stops renewing; a renewal still in flight that lands after the release finds the
         // token gone, or its hold over (kept for the minimum hold), and changes nothing. The
         // release takes the renewals' connection when none is in flight on it, else a new one.
@@ -507,13 +520,16 @@ impl Supervisor<'_> {
             // Token-checked, so harmless if the lock is someone else's by now. The history says
             // why the command was stopped, whether the lock is still held there or not.
             let why = Some(format!("stopped: {}", lost.why));
-            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status), why);
+            let _ = ending.release(session, Duration::ZERO, hasty, Some(status), why);
             return Ok(by_us());
         }
-        let bound = if self.signalled.is_some() {
-            HASTY_RELEASE
-        } else {
-            FINAL_RELEASE
+        let bound = ReleaseBound {
+            answer: if self.signalled.is_some() {
+                HASTY_RELEASE
+            } else {
+                FINAL_RELEASE
+            },
+            lease_ends,
         };
         // Why the command ended, for the history: the limit that stopped it, or the signal
         // redlock passed on to it.
@@ -568,17 +584,20 @@ struct FinalRelease<'a> {
 }
 
 impl FinalRelease<'_> {
-    /// Token-checked release (or keep for the minimum hold), within `bound`. The connection
-    /// may have sat idle for the whole run: if it fails, one fresh connection is tried.
+    /// Token-checked release (or keep for the minimum hold) within `bound`: waiting
+    /// `bound.answer` at most for a server that does not answer; one known not to have run is
+    /// sent again, up to the release timeout (see `Store::release`). The connection may have
+    /// sat idle for the whole run: if it was closed, a fresh one is tried.
     fn release(
         &self,
         session: Option<Session>,
         min_hold: Duration,
-        bound: Duration,
+        bound: ReleaseBound,
         status: Option<ChildStatus>,
         why: Option<String>,
     ) -> anyhow::Result<Release> {
-        let deadline = BootInstant::now() + bound;
+        let within = self.store.release_within(bound);
+        let deadline = BootInstant::now() + within;
         // For the history: the fence held (a lost lock is marked as such), how the command ended.
         let report = Ending {
             held_fence: Some(self.fence),
@@ -616,7 +635,7 @@ impl FinalRelease<'_> {
                 _ if BootInstant::now() >= deadline => {
                     return Err(fail(
                         Failure::Unavailable,
-                        format!("no answer within {}", duration::display(bound)),
+                        format!("no answer within {}", duration::display(within)),
                     ));
                 }
                 _ => {}
