@@ -172,7 +172,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "75",
-        "lock busy (-E/--conflict-exit-code changes this code)",
+        "lock busy (-E/--conflict-exit-code changes this code); run: also granted too late to start the command, with no --wait left",
     ),
     ("77", "authentication failed or ACL permission denied"),
     (

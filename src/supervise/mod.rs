@@ -61,6 +61,25 @@ pub(crate) struct Job {
 /// without running it is sent again for up to the release timeout: see `Store::release`.)
 const FINAL_RELEASE: Duration = Duration::from_secs(1);
 
+/// How a supervised run ended.
+pub(crate) enum Supervised {
+    /// The command ran (or a signal came before it started): how redlock ends.
+    Done(Done),
+    /// The lease was too near its end to start the command on it: the lock was released and
+    /// nothing started. The caller may take the lock again.
+    TooLate(TooLate),
+}
+
+/// A lease too near its end to start the command on: who was late.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TooLate {
+    /// Redis answered the acquisition too late (it stalled); otherwise the answer came in time
+    /// and redlock itself was kept from starting the command (stopped, or starved of CPU).
+    pub(crate) answered_late: bool,
+    /// From the answer to the moment redlock found the lease too near its end.
+    pub(crate) since_answer: Duration,
+}
+
 /// Runs `job` under the lock just `held`; releases the lock after the command's group is gone
 /// and returns how the run ended.
 pub(crate) fn supervise(
@@ -70,10 +89,11 @@ pub(crate) fn supervise(
     held: Held,
     job: &Job,
     log: Log,
-) -> anyhow::Result<Done> {
+) -> anyhow::Result<Supervised> {
     let Held {
         lease,
         confirmed,
+        answered,
         session,
         worker,
     } = held;
@@ -90,10 +110,11 @@ pub(crate) fn supervise(
         worker,
     };
     let window = job.plan.window(confirmed);
-    let moments = (window.term_at, window.valid_until);
+    let moments = (answered, window.term_at, window.valid_until);
     let (child, session) = match start(job, signals, &ending, session, moments)? {
         Started::Running(child, session) => (child, session),
-        Started::NotStarted(done) => return Ok(done),
+        Started::Interrupted(done) => return Ok(Supervised::Done(done)),
+        Started::TooLate(late) => return Ok(Supervised::TooLate(late)),
     };
     let started = BootInstant::now();
     let lease = Lease {
@@ -118,7 +139,7 @@ pub(crate) fn supervise(
         signalled: None,
     };
     let ended = supervisor.run_until_gone();
-    supervisor.finish(ended, ending)
+    supervisor.finish(ended, ending).map(Supervised::Done)
 }
 
 /// Whether the command was started.
@@ -126,19 +147,21 @@ enum Started {
     /// Running; the lease's connection passed on to the renewals.
     Running(Child, Option<Session>),
     /// Not started (a signal came first); the lock was released.
-    NotStarted(Done),
+    Interrupted(Done),
+    /// Not started: the lease was about to lapse; the lock was released.
+    TooLate(TooLate),
 }
 
 /// Starts the command on the lease just taken, unless a terminating signal came first or the
-/// lease is about to lapse (`too_late`: a slow or stalled acquisition); when it is not started,
-/// the lock is released first, within the hasty bound (and, sent again, not past the lease's
-/// end, `lease_ends`).
+/// lease is about to lapse (`too_late`: an acquisition answered late, or redlock stalled
+/// since the answer came at `answered`); when it is not started, the lock is released first,
+/// within the hasty bound (and, sent again, not past the lease's end, `lease_ends`).
 fn start(
     job: &Job,
     signals: &Signals,
     ending: &FinalRelease<'_>,
     session: Option<Session>,
-    (too_late, lease_ends): (BootInstant, BootInstant),
+    (answered, too_late, lease_ends): (BootInstant, BootInstant, BootInstant),
 ) -> anyhow::Result<Started> {
     let key = ending.key;
     let hasty = ReleaseBound {
@@ -159,15 +182,16 @@ fn start(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
         ));
-        return Ok(Started::NotStarted(Done::Interrupted(signal)));
+        return Ok(Started::Interrupted(Done::Interrupted(signal)));
     }
-    if BootInstant::now() >= too_late {
+    let now = BootInstant::now();
+    if now >= too_late {
         let why = "granted too late to start the command".to_owned();
         ending.release(session, Duration::ZERO, hasty, None, Some(why))?;
-        return Err(fail(
-            Failure::Unavailable,
-            format!("lock '{key}' was granted too late to start the command safely; released"),
-        ));
+        return Ok(Started::TooLate(TooLate {
+            answered_late: answered >= too_late,
+            since_answer: now.since(answered),
+        }));
     }
     if let Err(err) = child::become_subreaper() {
         // The setting's error is the one to report; a release that fails expires anyway.
