@@ -191,7 +191,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ("124", "run: --max-runtime elapsed; the command was stopped"),
     (
         "125",
-        "run: the lock was lost while the command ran; the command was stopped",
+        "run: the lock was lost while the command ran; the command was stopped (or had already ended: redlock says with which status)",
     ),
     ("126", "run: the command is not executable"),
     ("127", "run: the command was not found"),

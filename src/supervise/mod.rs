@@ -304,6 +304,9 @@ struct Lost {
     kill_by: BootInstant,
     failure: Failure,
     why: String,
+    /// How the command had ended when the loss was found, if it had: redlock, stalled (a
+    /// SIGSTOP, a paused VM), found both on waking, and cannot tell which came first.
+    ended_before: Option<ChildStatus>,
 }
 
 struct Supervisor<'a> {
@@ -432,17 +435,34 @@ impl Supervisor<'_> {
             return;
         }
         let window = self.renewer.window();
-        self.log.notice(format_args!(
-            "lost lock '{}': {why}; stopping the command",
-            self.key
-        ));
+        self.lose(why, failure, "", window.kill_at);
+        self.command
+            .stop_unless_gone((BootInstant::now() + window.loss_grace).min(window.kill_at));
+    }
+
+    /// Records the loss and says what becomes of the command: stopped (`stopping` says how
+    /// soon), or already ended, with its status (then only what it left in its group, if
+    /// anything, is stopped).
+    fn lose(&mut self, why: String, failure: Failure, stopping: &str, kill_by: BootInstant) {
+        let ended_before = self.command.exited();
+        let fate = match ended_before {
+            None => format!("stopping the command{stopping}"),
+            Some(status) if self.command.gone() => {
+                format!("the command had already ended ({})", how_it_ended(status))
+            }
+            Some(status) => format!(
+                "the command had already ended ({}); stopping what it left in its group",
+                how_it_ended(status)
+            ),
+        };
+        self.log
+            .notice(format_args!("lost lock '{}': {why}; {fate}", self.key));
         self.lost = Some(Lost {
-            kill_by: window.kill_at,
+            kill_by,
             failure,
             why,
+            ended_before,
         });
-        self.command
-            .stop((BootInstant::now() + window.loss_grace).min(window.kill_at));
     }
 
     /// Acts on the deadlines that have come; says when the loop is over.
@@ -466,7 +486,7 @@ impl Supervisor<'_> {
         if let Some(Lost { kill_by, .. }) = self.lost
             && now >= kill_by
         {
-            self.command.stop(now);
+            self.command.stop_unless_gone(now);
         }
         self.command.on_time(now, self.log)
     }
@@ -490,16 +510,13 @@ impl Supervisor<'_> {
             duration::display(now.since(confirmed_at)),
             trouble.unwrap_or("no reply")
         );
-        self.log.notice(format_args!(
-            "lost lock '{}': {why}; stopping the command before the lease can lapse",
-            self.key
-        ));
-        self.lost = Some(Lost {
-            kill_by: window.kill_at,
-            failure: Failure::Lost,
+        self.lose(
             why,
-        });
-        self.command.stop(window.kill_at);
+            Failure::Lost,
+            " before the lease can lapse",
+            window.kill_at,
+        );
+        self.command.stop_unless_gone(window.kill_at);
     }
 
     /// After the loop: the terminal back, renewals stopped, the lock released (or left to
@@ -542,9 +559,21 @@ impl Supervisor<'_> {
         }
         if let Some(lost) = &self.lost {
             // Token-checked, so harmless if the lock is someone else's by now. The history says
-            // why the command was stopped, whether the lock is still held there or not.
-            let why = Some(format!("stopped: {}", lost.why));
+            // why the command was stopped, or that it had ended (with its status beside),
+            // whether the lock is still held there or not.
+            let why = Some(match lost.ended_before {
+                None => format!("stopped: {}", lost.why),
+                Some(_) => format!("lost after the command ended: {}", lost.why),
+            });
             let _ = ending.release(session, Duration::ZERO, hasty, Some(status), why);
+            if let Some(status) = lost.ended_before {
+                // 125 all the same: the lease may have lapsed while the command still ran.
+                self.log.notice(format_args!(
+                    "the command had ended ({}), but lock '{key}' may have lapsed before it did: exiting {}",
+                    how_it_ended(status),
+                    crate::exit::LOST
+                ));
+            }
             return Ok(by_us());
         }
         let bound = ReleaseBound {
@@ -590,6 +619,14 @@ impl Supervisor<'_> {
             ));
         }
         Ok(Done::Child(status))
+    }
+}
+
+/// How the command ended, for a message: `exit 3`, `killed by SIGTERM`.
+fn how_it_ended(status: ChildStatus) -> String {
+    match status {
+        ChildStatus::Exited(code) => format!("exit {code}"),
+        ChildStatus::Signaled(signal) => format!("killed by {}", signals::name(signal)),
     }
 }
 
