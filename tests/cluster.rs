@@ -277,10 +277,6 @@ fn an_extend_follows_ask_to_a_node_without_the_scripts() {
     assert_eq!(history.json().as_array().map(Vec::len), Some(1));
 }
 
-/// While a master fails over, every node answers CLUSTERDOWN for about a second (here: a slot
-/// of the lock's master left unserved for 300 ms, which takes the Cluster down as surely). The
-/// release of a `run` whose command ends then is refused, sent again within its bound, and the
-/// lock is free when `run` exits, not when its lease runs out.
 /// A node that stops answering is named: the URL names only seeds. Repro: "no answer within
 /// 5.0s" after the seeds' list, no word of which node.
 #[test]
