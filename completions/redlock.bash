@@ -71,7 +71,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-q -v -h -V --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help --version run acquire release extend inspect history check list metrics doctor completions man"
+            opts="-q -v -h -V --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help --version run acquire release extend inspect history check list metrics doctor completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -125,7 +129,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-q -v -k -w -n -s -x -E -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --json --keep-alive --while-pid --max-hold --help"
+            opts="-q -v -k -w -n -s -x -E -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --json --keep-alive --while-pid --max-hold --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -148,6 +152,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -239,7 +247,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__check)
-            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --succeeded-within --max-held --json --nagios --help"
+            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --succeeded-within --max-held --json --nagios --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -262,6 +270,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -309,7 +321,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__completions)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help bash elvish fish powershell zsh"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -332,6 +344,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -363,7 +379,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__doctor)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --json --help"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -386,6 +402,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -417,7 +437,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__extend)
-            opts="-q -v -k -t -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --token --ttl --replicas --help"
+            opts="-q -v -k -t -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --token --ttl --replicas --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -440,6 +460,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -495,7 +519,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__history)
-            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --json --wide --help"
+            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --json --wide --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -518,6 +542,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -557,7 +585,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__inspect)
-            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --json --wide --help"
+            opts="-q -v -k -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --json --wide --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -580,6 +608,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -619,7 +651,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__list)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --json --wide --help"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --json --wide --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -642,6 +674,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -673,7 +709,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__man)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --install --help run acquire release extend inspect history check list metrics doctor completions man"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --install --help run acquire release extend inspect history check list metrics doctor completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -696,6 +732,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -731,7 +771,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__metrics)
-            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help"
+            opts="-q -v -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -754,6 +794,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -785,7 +829,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__release)
-            opts="-q -v -k -t -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --token --force --reason --exit-status --help"
+            opts="-q -v -k -t -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --token --force --reason --exit-status --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -808,6 +852,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -863,7 +911,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__run)
-            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --shell-command --help"
+            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --shell-command --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -886,6 +934,10 @@ _redlock() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --release-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_global_optspecs
-    string join \n redis= password-file= prefix= connect-timeout= command-timeout= tls-ca= tls-cert= tls-key= tls-server-name= tls-insecure q/quiet v/verbose log-format= h/help V/version
+    string join \n redis= password-file= prefix= connect-timeout= command-timeout= release-timeout= tls-ca= tls-cert= tls-key= tls-server-name= tls-insecure q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_redlock_needs_command
@@ -29,6 +29,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -l password-file -d 'Read 
 complete -c redlock -n "__fish_redlock_needs_command" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_needs_command" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -57,6 +58,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand run" -l password-file -d
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand run" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -92,6 +94,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-fil
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -125,6 +128,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-fil
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -145,6 +149,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -l password-file
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -164,6 +169,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l password-fil
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -182,6 +188,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand history" -l password-fil
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand history" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -200,6 +207,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand check" -l password-file 
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand check" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -220,6 +228,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand list" -l password-file -
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand list" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -237,6 +246,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l password-fil
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -252,6 +262,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l password-file
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand doctor" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -268,6 +279,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand completions" -l password
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand completions" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand completions" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F
@@ -283,6 +295,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand man" -l password-file -d
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l prefix -d 'Prefix of every key redlock writes' -r
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l connect-timeout -d 'Give up connecting to Redis after this long (TLS handshake and login included)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l command-timeout -d 'Give up on any single Redis command after this long' -r
+complete -c redlock -n "__fish_redlock_using_subcommand man" -l release-timeout -d 'Keep sending a release known not to have run (refused, no server reached) this long' -r
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l tls-ca -d 'Trust the CAs in this PEM bundle instead of the system\'s' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l tls-cert -d 'Client certificate (PEM) for servers that require one; needs --tls-key' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand man" -l tls-key -d 'Private key (PEM) of --tls-cert; should be readable by its owner only' -r -F

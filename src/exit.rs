@@ -172,7 +172,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "75",
-        "lock busy (-E/--conflict-exit-code changes this code)",
+        "lock busy (-E/--conflict-exit-code changes this code); run: also granted too late to start the command, with no --wait left",
     ),
     ("77", "authentication failed or ACL permission denied"),
     (
@@ -191,7 +191,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ("124", "run: --max-runtime elapsed; the command was stopped"),
     (
         "125",
-        "run: the lock was lost while the command ran; the command was stopped",
+        "run: the lock was lost while the command ran; the command was stopped (or had already ended: redlock says with which status)",
     ),
     ("126", "run: the command is not executable"),
     ("127", "run: the command was not found"),
@@ -291,12 +291,34 @@ pub struct Failed {
     pub failure: Failure,
     pub message: String,
     pub hint: Option<Hint>,
-    /// A request was sent and no reply came: it may still take effect.
-    pub no_reply: Option<NoReply>,
-    /// The server answered that it cannot serve the request now (the Cluster is down, or the
-    /// lock's slot is moving; the master is down; the data set is loading): it did not run,
-    /// and may be sent again.
-    pub unserved: bool,
+    /// What became of the request, when redlock can tell: whether it may still run.
+    pub fate: Option<Fate>,
+}
+
+/// What became of a request that failed: known not to have run, or sent and never answered.
+/// The one classification that decides whether a request that is not idempotent (a release)
+/// may be sent again: see `store::single::release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// It did not run, and an answer said so: sending it again is safe.
+    NotRun(NotRun),
+    /// It was sent and no reply came: it may still run.
+    NoReply(NoReply),
+}
+
+/// How a request is known not to have run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRun {
+    /// The server answered that it cannot serve it now, before running it: the Cluster is down
+    /// (CLUSTERDOWN), the slot is moving (TRYAGAIN), the master is down (MASTERDOWN), the data
+    /// set is loading (LOADING), it takes no more clients, or it is a replica (READONLY: after a
+    /// failover, the old master demoted). A script's writes all fail on a replica, and each of
+    /// redlock's scripts checks everything before its first write, so none of it ran.
+    Refused,
+    /// It never reached a server that could run it: the connection was refused or the host is
+    /// unreachable, the sentinels name no master that is one (a failover under way), a
+    /// redirection named a node that cannot be reached.
+    Unreached,
 }
 
 /// How a request went unanswered.
@@ -353,8 +375,7 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
         failure,
         message: message.into(),
         hint: None,
-        no_reply: None,
-        unserved: false,
+        fate: None,
     })
 }
 
@@ -364,48 +385,56 @@ pub(crate) fn fail_no_reply(how: NoReply, message: impl Into<String>) -> anyhow:
         failure: Failure::Unavailable,
         message: message.into(),
         hint: None,
-        no_reply: Some(how),
-        unserved: false,
+        fate: Some(Fate::NoReply(how)),
     })
 }
 
-/// Unavailable (69): the server answered that it cannot serve the request now, and did not
-/// run it (see [`Failed::unserved`]).
-pub(crate) fn fail_unserved(message: impl Into<String>) -> anyhow::Error {
+/// Unavailable (69): the request did not run, and may be sent again (see [`NotRun`]).
+pub(crate) fn fail_not_run(how: NotRun, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Failed {
         failure: Failure::Unavailable,
         message: message.into(),
         hint: None,
-        no_reply: None,
-        unserved: true,
+        fate: Some(Fate::NotRun(how)),
     })
 }
 
-/// `err` (a failure to reach a server) marked as a request that did not run: the request was
-/// redirected to a server that could not be reached. Other outcomes stay as they are.
-pub(crate) fn mark_unserved(mut err: anyhow::Error) -> anyhow::Error {
+/// `err` marked as a request that did not run, `how`, when it is a failure to reach a server
+/// (unavailable, and not a request that may still run): a request redirected to a node that
+/// could not be reached, a master the sentinels named that turned out not to be one. Other
+/// outcomes stay as they are.
+pub(crate) fn mark_not_run(mut err: anyhow::Error, how: NotRun) -> anyhow::Error {
     if let Some(failed) = err.downcast_mut::<Failed>()
         && failed.failure == Failure::Unavailable
+        && !matches!(failed.fate, Some(Fate::NoReply(_)))
     {
-        failed.unserved = true;
+        failed.fate = Some(Fate::NotRun(how));
     }
     err
 }
 
-/// Whether `err`'s request was refused before it ran, by a server that cannot serve it now
-/// (see [`fail_unserved`]).
-pub(crate) fn unserved(err: &anyhow::Error) -> bool {
+/// What became of `err`'s request, if redlock can tell (see [`Fate`]).
+pub(crate) fn fate(err: &anyhow::Error) -> Option<Fate> {
     err.chain()
         .find_map(|cause| cause.downcast_ref::<Failed>())
-        .is_some_and(|failed| failed.unserved)
+        .and_then(|failed| failed.fate)
 }
 
 /// How `err`'s request went unanswered, if it is one that was sent and never answered (see
 /// [`fail_no_reply`]).
 pub(crate) fn no_reply(err: &anyhow::Error) -> Option<NoReply> {
+    match fate(err) {
+        Some(Fate::NoReply(how)) => Some(how),
+        _ => None,
+    }
+}
+
+/// The message of the outcome `err` stands for, without the context around it (the server's
+/// URL): `connection refused`, `the server cannot serve requests now: CLUSTERDOWN ...`.
+pub(crate) fn reason(err: &anyhow::Error) -> String {
     err.chain()
         .find_map(|cause| cause.downcast_ref::<Failed>())
-        .and_then(|failed| failed.no_reply)
+        .map_or_else(|| format!("{err:#}"), |failed| failed.message.clone())
 }
 
 /// Like [`fail`], with a hint the command line words for the user.
@@ -414,8 +443,7 @@ pub fn fail_with(failure: Failure, message: impl Into<String>, hint: Hint) -> an
         failure,
         message: message.into(),
         hint: Some(hint),
-        no_reply: None,
-        unserved: false,
+        fate: None,
     })
 }
 
@@ -489,6 +517,25 @@ mod tests {
         assert_eq!(PluginState::of_check(Some(Failure::Running)).code(), 1);
         assert_eq!(PluginState::of_check(Some(Failure::Stale)).code(), 2);
         assert_eq!(PluginState::of_check(Some(Failure::Usage)).code(), 3);
+    }
+
+    /// Only a failure to reach a server becomes a request known not to have run: a request
+    /// that may still run stays one, and other outcomes keep theirs.
+    #[test]
+    fn only_an_unreached_server_is_marked_as_not_run() {
+        let marked = mark_not_run(
+            fail(Failure::Unavailable, "no master").context("redis+sentinel://s/m"),
+            NotRun::Unreached,
+        );
+        assert_eq!(fate(&marked), Some(Fate::NotRun(NotRun::Unreached)));
+        assert_eq!(reason(&marked), "no master");
+        let unanswered = mark_not_run(
+            fail_no_reply(NoReply::TimedOut, "no answer"),
+            NotRun::Refused,
+        );
+        assert_eq!(fate(&unanswered), Some(Fate::NoReply(NoReply::TimedOut)));
+        let denied = mark_not_run(fail(Failure::Auth, "denied"), NotRun::Refused);
+        assert_eq!(fate(&denied), None);
     }
 
     #[test]

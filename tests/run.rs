@@ -468,6 +468,49 @@ fn a_stopped_or_killed_server_stops_the_command_with_125() {
     }
 }
 
+/// redlock itself stopped (SIGSTOP) past its renewal margin while its command runs to its end
+/// (command 1 s, lease 2 s, redlock stopped for 2.7 s): on waking it finds both the lease
+/// unconfirmed and the command ended. It cannot tell which came first, so it exits 125, but it
+/// says the command had already ended and with which status (3), stops nothing, and the
+/// history records that status beside the lost lease. It used to say "stopping the command",
+/// send SIGKILL to a group that was gone, and record the hold as stopped.
+#[test]
+fn a_command_that_ended_while_redlock_was_stopped_keeps_its_status() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("stopped-wrapper");
+    let script = format!(
+        "echo go > {d}/started; sleep 1; echo done > {d}/done; exit 3",
+        d = dir.path().display()
+    );
+    let running = server.redlock(&run_args("2s", &script)).spawn();
+    wait_for_file(&dir.path().join("started"), Duration::from_secs(10));
+    crate::util::send_signal(running.pid(), "STOP");
+    let stopped_at = std::time::Instant::now();
+    wait_for_file(&dir.path().join("done"), Duration::from_secs(5));
+    // The fault's length: past the lease, which the command outlived by nothing.
+    std::thread::sleep(Duration::from_millis(2700).saturating_sub(stopped_at.elapsed()));
+    crate::util::send_signal(running.pid(), "CONT");
+    let out = running.wait(Duration::from_secs(10));
+    out.code(125)
+        .stderr_contains("lost lock 'job'")
+        .stderr_contains("the command had already ended (exit 3)");
+    if out.stderr.contains("stopping the command") || out.stderr.contains("SIGKILL") {
+        out.fail("a command that had ended was said to be stopped");
+    }
+    let history = server.redlock(&["history", "--key", "job", "--json"]).run();
+    history.code(0);
+    let last = &history.json()[0];
+    assert_eq!(last["outcome"], "lost", "{}", history.stdout);
+    assert_eq!(last["exit"], 3, "{}", history.stdout);
+    assert!(
+        last["why"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("lost after the command ended")),
+        "{}",
+        history.stdout
+    );
+}
+
 /// A grant whose reply arrives after the lease could have lapsed (the server stalled between
 /// request and reply) must not start the command (mike-marcacci/node-redlock#296).
 #[test]

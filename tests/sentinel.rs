@@ -294,3 +294,56 @@ fn doctor_warns_of_a_password_sent_in_clear_to_the_master_the_sentinels_name() {
     assert!(line.contains(&format!("127.0.0.1:{master}")), "{line}");
     assert!(line.contains("rediss+sentinel://"), "{line}");
 }
+
+/// A holder whose master is killed (-9) as its command ends: its release finds the master
+/// gone (connection refused, then a master the sentinels still name and that is not there),
+/// which it cannot have run, and sends it again, asking the sentinels each time, until it runs
+/// on the promoted master, within the release timeout (5 s by default). The history says it
+/// was sent again. It used to give up after the 1 s the final release is given ("could not
+/// release lock 'k' (no answer within 1.0s)", exit 0) and leave the lock on the promoted
+/// master until its lease ended.
+#[test]
+fn a_release_across_a_failover_by_kill_9_lands_on_the_promoted_master() {
+    let mut set = Sentinels::start();
+    let dir = TempDir::new("release-failover");
+    let script = format!(
+        "echo go > {d}/started; while [ ! -e {d}/go ]; do sleep 0.02; done",
+        d = dir.path().display()
+    );
+    let running = Redlock::new(&["run", "-v", "--key", "k", "--ttl", "12s"])
+        .args(&["--", "sh", "-c", &script])
+        .env("REDLOCK_URL", &set.url())
+        .spawn();
+    wait_for_file(&dir.path().join("started"), Duration::from_secs(10));
+    // The replica has the lock before its master dies: the promoted master holds it.
+    assert!(wait_until(Duration::from_secs(5), || {
+        set.replicas[0].cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]) == 1
+    }));
+    send_signal(set.master.pid(), "KILL");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = running.wait(Duration::from_secs(20));
+    out.code(0);
+    if out.stderr.contains("could not release") || !out.stderr.contains("released lock 'k'") {
+        out.fail("the release did not land on the promoted master");
+    }
+    let promoted = &set.replicas[0];
+    assert_eq!(
+        promoted.cmd::<i64>(&["EXISTS", "redlock:{k}:holders"]),
+        0,
+        "the lock is still held on the promoted master"
+    );
+    let history = Redlock::new(&["history", "--key", "k", "--json"])
+        .env("REDLOCK_URL", &set.url())
+        .run();
+    history.code(0);
+    let last = &history.json()[0];
+    assert_eq!(last["outcome"], "released", "{}", history.stdout);
+    assert!(
+        last["why"]
+            .as_str()
+            .is_some_and(|why| why.contains("release sent again")),
+        "{}",
+        history.stdout
+    );
+    set.master.kill();
+}

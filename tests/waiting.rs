@@ -999,6 +999,49 @@ fn a_waiter_granted_after_a_stall_runs_its_command() {
     out.code(0).stdout_contains("ran");
 }
 
+/// A `run --ttl 3s` waiter stopped (SIGSTOP) between its grant and the start of its command,
+/// for 2.7 s: the grant is too near its end to start the command on. With wait time left it gives
+/// the lock back and queues again, and runs its command (0); with none left it exits 75, the
+/// busy status: its command could not run under the lock within its wait, although Redis is
+/// healthy. It used to exit 69 ("Redis unavailable") either way.
+#[test]
+fn a_run_waiter_stopped_between_its_grant_and_its_command_queues_again() {
+    let server = RedisServer::start();
+    for (wait, code) in [("20s", 0), ("2s", 75)] {
+        let token = hold(&server, "60s");
+        let waiter = server
+            .redlock(&[
+                "run", "-v", "--key", "job", "--ttl", "3s", "--wait", wait, "--", "echo", "ran",
+            ])
+            .env("REDLOCK_FAILPOINT", "stop:acquired")
+            .spawn();
+        assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+        server
+            .redlock(&["release", "--key", "job", "--token", &token])
+            .run()
+            .code(0);
+        assert!(
+            wait_until(Duration::from_secs(10), || crate::util::stopped(
+                waiter.pid()
+            )),
+            "the waiter did not stop at its grant"
+        );
+        // The fault's length.
+        std::thread::sleep(Duration::from_millis(2700));
+        waiter.signal("CONT");
+        let out = waiter.wait(Duration::from_secs(30));
+        out.code(code)
+            .stderr_contains("granted too late to start the command safely");
+        if code == 0 {
+            out.stdout_contains("ran").stderr_contains("queueing again");
+        } else {
+            out.stderr_contains("no --wait time is left");
+            assert!(out.stdout.is_empty(), "the command ran: {}", out.stdout);
+        }
+        assert_eq!(server.cmd::<i64>(&["EXISTS", "redlock:{job}:holders"]), 0);
+    }
+}
+
 /// Repro: a waiter that timed out or was interrupted left `P{K}:cancel:<token>` for
 /// 5 minutes, although nothing is promised to be left behind. With every request answered,
 /// leaving the queue leaves nothing; the marker is kept only while a request may arrive late

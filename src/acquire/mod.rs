@@ -98,6 +98,9 @@ pub(crate) enum Outcome {
 pub(crate) struct Held {
     pub(crate) lease: Lease,
     pub(crate) confirmed: Confirmed,
+    /// When the answer that took it was read: a lease that is nearly over by then was
+    /// answered late (Redis stalled), one that is over only later was kept waiting by redlock.
+    pub(crate) answered: BootInstant,
     /// The connection that took it (none in quorum mode).
     pub(crate) session: Option<Session>,
     pub(crate) worker: Worker,

@@ -250,6 +250,7 @@ impl<'a> Acquirer<'a> {
                 Outcome::Acquired(Held {
                     lease,
                     confirmed,
+                    answered: BootInstant::now(),
                     session: Some(session),
                     worker: self.worker,
                 })

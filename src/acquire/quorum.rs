@@ -90,6 +90,7 @@ pub(crate) fn acquire(
                 return Ok(Outcome::Acquired(Held {
                     lease,
                     confirmed: Confirmed::Sent(sent),
+                    answered: BootInstant::now(),
                     session: None,
                     worker: rounds.worker,
                 }));

@@ -202,6 +202,19 @@ pub struct Global {
     #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
     pub command_timeout: Duration,
 
+    /// Keep sending a release known not to have run (refused, no server reached) this long
+    ///
+    /// A release answered CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING or READONLY (a master
+    /// demoted by a failover), or that reached no server (connection refused, a master the
+    /// sentinels no longer name), did not run: it is sent again, finding the master or the
+    /// slot's node anew each time, until it runs or this much time has passed since the first
+    /// attempt (not past the lease's end, when redlock knows it). A server that does not answer
+    /// at all ends the release: after run's command it is given 1 s (0.5 s after a signal;
+    /// release gives it --command-timeout), as a release that may have run is never sent twice.
+    /// The lock then expires with its lease.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true, help_heading = "Connection")]
+    pub release_timeout: Duration,
+
     #[command(flatten)]
     pub tls: TlsArgs,
 

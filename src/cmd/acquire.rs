@@ -12,6 +12,7 @@ use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Lease, Lock, ReleaseRequest};
 use crate::log::printable;
 use crate::signals::Signals;
+use crate::store::ReleaseBound;
 
 /// The command recorded for a lock taken by `acquire`; the pid recorded is its caller's.
 pub(super) const ACQUIRED_BY_CALLER: &str = "acquire (pid: its caller)";
@@ -138,7 +139,7 @@ fn give_back(
                 min_hold: Duration::ZERO,
                 ending: &Ending::default(),
             },
-            context.command_timeout,
+            ReleaseBound::answer_within(context.command_timeout),
             context.log,
         )
         .map(drop)

@@ -64,6 +64,7 @@ impl Context {
             tls: tls_options(&global.tls)?,
             connect_timeout: global.connect_timeout,
             command_timeout: global.command_timeout,
+            release_timeout: global.release_timeout,
         };
         let store = store(&urls, &access, global.command_timeout)?;
         if password_in_argv {
@@ -153,6 +154,7 @@ fn relaunch(
         with_value("--prefix", global.prefix.as_ref()),
         format!("--connect-timeout={}ms", global.connect_timeout.as_millis()).into(),
         format!("--command-timeout={}ms", global.command_timeout.as_millis()).into(),
+        format!("--release-timeout={}ms", global.release_timeout.as_millis()).into(),
     ];
     let tls = &global.tls;
     for (flag, path) in [

@@ -6,7 +6,7 @@ use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Identity, Release, ReleaseRequest};
-use crate::store::Forced;
+use crate::store::{Forced, ReleaseBound};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
@@ -52,10 +52,13 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
         min_hold: Duration::ZERO,
         ending: &ending,
     };
-    let released =
-        context
-            .store
-            .release(&lock, None, &request, context.command_timeout, context.log)?;
+    let released = context.store.release(
+        &lock,
+        None,
+        &request,
+        ReleaseBound::answer_within(context.command_timeout),
+        context.log,
+    )?;
     match released {
         Release::Released | Release::Kept(_) => {
             context.log.step(format_args!("released '{key}'"));

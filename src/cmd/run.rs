@@ -1,18 +1,21 @@
 //! `redlock run`: take the lock, then hand over to the supervisor, which runs the command,
-//! renews, forwards signals, self-fences on loss and releases at the end.
+//! renews, forwards signals, self-fences on loss and releases at the end. A lock taken too late
+//! to start the command on (redlock stalled after the grant) is given back and, while the wait
+//! lasts, taken again.
 
 use std::ffi::OsString;
 use std::time::Duration;
 
 use super::{Context, ask, busy, lock_name};
-use crate::acquire::{Ask, Outcome};
+use crate::acquire::{Ask, Held, Outcome, Wait};
 use crate::cli::RunArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lease::{MIN_TTL, Plan, Unfit};
+use crate::lock::Lock;
 use crate::log::printable;
 use crate::signals::Signals;
-use crate::supervise::{self, Job};
+use crate::supervise::{self, Job, Supervised, TooLate};
 
 /// The lock's name and the command to run (`sh -c STRING` for -c). Without --key the name is
 /// the first word, as flock, consul lock and etcdctl lock take theirs: `redlock run NAME --
@@ -107,31 +110,96 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     )?;
     // A lock handed over is taken on its grant, unless replicas must acknowledge it: then the
     // script call that claims it is followed by WAIT.
-    let ask = Ask {
+    let mut ask = Ask {
         renews: ask.replicas.is_none(),
         ..ask
     };
-    let held = match context.take(&signals, &lock, &ask)? {
-        Outcome::Busy { holder, now } => {
-            return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
-        }
-        Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
-        Outcome::Acquired(held) => held,
-    };
-    crate::failpoint::hit("acquired");
-    context.log.step(format_args!(
-        "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
-        held.lease.fence,
-        duration::display(plan.ttl),
-        duration::display(plan.renew_every)
-    ));
+    let wait_ends = ask.wait.deadline();
+    loop {
+        let held = match context.take(&signals, &lock, &ask)? {
+            Outcome::Busy { holder, now } => {
+                return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
+            }
+            Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
+            Outcome::Acquired(held) => held,
+        };
+        crate::failpoint::hit("acquired");
+        context.log.step(format_args!(
+            "acquired lock '{key}' (fence {}, ttl {}, renewing every {})",
+            held.lease.fence,
+            duration::display(plan.ttl),
+            duration::display(plan.renew_every)
+        ));
+        let job = job(context, args, &lock, &held, plan, argv.clone());
+        let late =
+            match supervise::supervise(&signals, &context.store, &lock, held, &job, context.log)? {
+                Supervised::Done(done) => return Ok(done),
+                Supervised::TooLate(late) => late,
+            };
+        ask.wait = match (ask.wait, wait_ends) {
+            (Wait::Forever, _) => Wait::Forever,
+            (Wait::UpTo(_), Some(ends)) if !ends.remaining().is_zero() => {
+                Wait::UpTo(ends.remaining())
+            }
+            _ => return Err(too_late(&key, late)),
+        };
+        context.log.notice(format_args!(
+            "lock '{key}' was granted too late to start the command safely ({}); released; queueing again{}",
+            stalled(late),
+            match ask.wait {
+                Wait::UpTo(left) => format!(" ({} of --wait left)", duration::display(left)),
+                Wait::No | Wait::Forever => String::new(),
+            }
+        ));
+    }
+}
 
+/// Who kept the command from starting on a lease too near its end, for a message.
+fn stalled(late: TooLate) -> String {
+    if late.answered_late {
+        "Redis answered late".to_owned()
+    } else {
+        format!(
+            "redlock was held up for {} after the answer",
+            duration::display(late.since_answer)
+        )
+    }
+}
+
+/// The error for a lease too near its end to start the command on, with no wait left: Redis
+/// unavailable (69) when it answered too late, else busy (75): the command could not run
+/// under the lock within the wait asked for, though Redis is fine.
+fn too_late(key: &str, late: TooLate) -> anyhow::Error {
+    let failure = if late.answered_late {
+        Failure::Unavailable
+    } else {
+        Failure::Busy
+    };
+    fail(
+        failure,
+        format!(
+            "lock '{key}' was granted too late to start the command safely ({}); released, and no --wait time is left to queue again",
+            stalled(late)
+        ),
+    )
+}
+
+/// What to run under the lock just `held`.
+fn job(
+    context: &Context,
+    args: &RunArgs,
+    lock: &Lock,
+    held: &Held,
+    plan: Plan,
+    argv: Vec<OsString>,
+) -> Job {
+    // Every variable redlock read a secret from (see config.rs).
     let remove_env = context
         .secret_variables
         .iter()
         .map(|&name| name.to_owned())
         .collect();
-    let job = Job {
+    Job {
         argv,
         set_env: vec![
             ("REDLOCK_KEY".into(), lock.name.as_str().to_owned()),
@@ -146,8 +214,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         min_hold: args.min_hold.unwrap_or_default(),
         foreground: supervise::owns_terminal(),
         replicas: args.lock.replicas,
-    };
-    supervise::supervise(&signals, &context.store, &lock, held, &job, context.log)
+    }
 }
 
 /// The timing plan for the flags given, or the usage error naming them.

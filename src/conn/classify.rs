@@ -8,7 +8,9 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::resp;
 use crate::duration;
-use crate::exit::{Failure, Hint, NoReply, fail, fail_no_reply, fail_unserved, fail_with};
+use crate::exit::{
+    Failure, Hint, NoReply, NotRun, fail, fail_no_reply, fail_not_run, fail_with, mark_not_run,
+};
 
 /// Maps a Redis error to an outcome: unreachable or refusing → 69, auth/ACL → 77, bad
 /// configuration or foreign data → 64. Only what can be a bug in redlock stays without an
@@ -47,7 +49,10 @@ pub(super) fn failed_auth(err: &RedisError) -> anyhow::Error {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::TryAgain,
         ) => {
-            return fail_unserved(format!("the server cannot serve requests now ({code})"));
+            return fail_not_run(
+                NotRun::Refused,
+                format!("the server cannot serve requests now ({code})"),
+            );
         }
         _ if code == "WRONGPASS" => {
             return fail(
@@ -100,10 +105,15 @@ fn by_kind(err: &RedisError, code: &str, detail: &str) -> Option<anyhow::Error> 
         ErrorKind::Server(ServerErrorKind::NoPerm) => {
             fail(Failure::Auth, format!("permission denied: {detail}"))
         }
-        ErrorKind::Server(ServerErrorKind::ReadOnly) => fail_with(
-            Failure::Unavailable,
-            "the server is a read-only replica",
-            Hint::UseMaster,
+        // A replica runs none of a script's writes (a master demoted by a failover answers so):
+        // the request may be sent again, to the master.
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => mark_not_run(
+            fail_with(
+                Failure::Unavailable,
+                "the server is a read-only replica",
+                Hint::UseMaster,
+            ),
+            NotRun::Refused,
         ),
         // Refused before running: the request may be sent again.
         ErrorKind::Server(
@@ -111,9 +121,10 @@ fn by_kind(err: &RedisError, code: &str, detail: &str) -> Option<anyhow::Error> 
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::TryAgain,
-        ) => fail_unserved(format!(
-            "the server cannot serve requests now: {code} {detail}"
-        )),
+        ) => fail_not_run(
+            NotRun::Refused,
+            format!("the server cannot serve requests now: {code} {detail}"),
+        ),
         _ => return None,
     })
 }
@@ -178,8 +189,9 @@ fn refused_request(code: &str, detail: &str) -> Option<anyhow::Error> {
         () if code == "NOREPLICAS" => {
             refused("too few replicas for min-replicas-to-write", code, detail)
         }
-        () if detail.starts_with("max number of clients reached") => fail(
-            Failure::Unavailable,
+        // Said in place of any reply, and the connection closed: nothing ran.
+        () if detail.starts_with("max number of clients reached") => fail_not_run(
+            NotRun::Refused,
             "the server takes no more connections (max number of clients reached)",
         ),
         () => return None,
@@ -194,7 +206,7 @@ fn by_connection(err: &RedisError, timeout: Duration) -> Option<anyhow::Error> {
             NoReply::TimedOut,
             format!("no answer within {}", duration::display(timeout)),
         ),
-        _ if err.is_connection_refusal() => fail(Failure::Unavailable, "connection refused"),
+        _ if err.is_connection_refusal() => fail_not_run(NotRun::Unreached, "connection refused"),
         _ if err.is_io_error() || err.is_connection_dropped() => {
             fail_no_reply(NoReply::Dropped, err.to_string())
         }
@@ -228,5 +240,65 @@ fn unexpected(err: &RedisError, code: &str, detail: &str) -> anyhow::Error {
         }
         ErrorKind::Server(_) | ErrorKind::Extension => refused("an error of its own", code, detail),
         _ => anyhow::anyhow!("unexpected error: {err}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::{Fate, fate};
+
+    const BOUND: Duration = Duration::from_secs(1);
+
+    /// The error of an error reply `text`, as the redis crate makes it.
+    fn reply(text: &str) -> RedisError {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
+            .and_then(redis::Value::extract_error)
+            .expect_err("an error reply")
+    }
+
+    /// Whether a release may be sent again is typed by what the server said or what the
+    /// connection did, never read from a message later: a refusal before running and a server
+    /// refusing the connection mean it did not run; silence means it may still run, and a
+    /// closed connection is told apart from it; every other error says nothing of it.
+    #[test]
+    fn what_did_not_run_is_typed_so() {
+        for text in [
+            "CLUSTERDOWN The cluster is down",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica. script: abc, on @user_script:1.",
+            "ERR max number of clients reached",
+        ] {
+            assert_eq!(
+                fate(&classify(&reply(text), BOUND)),
+                Some(Fate::NotRun(NotRun::Refused)),
+                "{text}"
+            );
+        }
+        for text in [
+            "ERR Script attempted to access a non local key in a cluster node script",
+            "ERR user_script:1: something went wrong",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "BUSY Redis is busy running a script.",
+            "NOSCRIPT No matching script.",
+        ] {
+            assert_eq!(fate(&classify(&reply(text), BOUND)), None, "{text}");
+        }
+        let io = |kind| RedisError::from(std::io::Error::from(kind));
+        assert_eq!(
+            fate(&classify(&io(std::io::ErrorKind::ConnectionRefused), BOUND)),
+            Some(Fate::NotRun(NotRun::Unreached))
+        );
+        assert_eq!(
+            fate(&classify(&io(std::io::ErrorKind::TimedOut), BOUND)),
+            Some(Fate::NoReply(NoReply::TimedOut))
+        );
+        assert_eq!(
+            fate(&classify(&io(std::io::ErrorKind::ConnectionReset), BOUND)),
+            Some(Fate::NoReply(NoReply::Dropped))
+        );
     }
 }

@@ -29,7 +29,7 @@ use transport::Connection;
 use url::{Address, RedisUrl, Servers};
 pub(crate) use url::{redact_url, url_has_password};
 
-use crate::exit::{Failure, Hint, fail, fail_unserved, fail_with, failure_of, mark_unserved};
+use crate::exit::{Failure, Hint, NotRun, fail, fail_not_run, fail_with, failure_of};
 
 /// Who to log in as. The password never shows in `Debug`.
 #[derive(Clone, Default)]
@@ -58,6 +58,8 @@ pub struct Access {
     pub tls: Option<TlsOptions>,
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
+    /// How long a release known not to have run is sent again (see `store::single::release`).
+    pub release_timeout: Duration,
 }
 
 /// Where and how to connect.
@@ -78,6 +80,7 @@ struct Dial {
     shown: String,
     connect_timeout: Duration,
     command_timeout: Duration,
+    release_timeout: Duration,
     /// Sentinels that left a request unanswered in this process: asked last from then on. A
     /// stopped server (SIGSTOP, a hung VM) still accepts connections, so only the silence
     /// tells, and each later request (every request asks the sentinels) would wait it out
@@ -213,6 +216,7 @@ impl Target {
                 shown,
                 connect_timeout: access.connect_timeout,
                 command_timeout: access.command_timeout,
+                release_timeout: access.release_timeout,
                 hung: std::sync::Mutex::new(Vec::new()),
             }),
         })
@@ -250,6 +254,12 @@ impl Target {
     /// The URL with any password replaced by `***`.
     pub(crate) fn redacted(&self) -> &str {
         &self.dial.shown
+    }
+
+    /// How long a release known not to have run (refused before running, or never reaching a
+    /// server) is sent again, rediscovering the master or the slot's node each time.
+    pub(crate) fn release_timeout(&self) -> Duration {
+        self.dial.release_timeout
     }
 
     /// The database number the sessions select.
@@ -487,9 +497,10 @@ impl Session {
                 ) => {
                     if redirections == MAX_REDIRECTIONS {
                         // Says so, rather than quote the last redirection.
-                        return Err(fail_unserved(format!(
-                            "more than {MAX_REDIRECTIONS} redirections in the Cluster"
-                        ))
+                        return Err(fail_not_run(
+                            NotRun::Unreached,
+                            format!("more than {MAX_REDIRECTIONS} redirections in the Cluster"),
+                        )
                         .context(self.dial.shown.clone()));
                     }
                     let address = self.node_address(node)?;
@@ -522,13 +533,11 @@ impl Session {
         }
     }
 
-    /// A session with the node a redirection named. The request has not run: a failure to
-    /// reach that node says so (see [`fail_unserved`]).
+    /// A session with the node a redirection named. The request has not run: a node that
+    /// refuses the connection says so (see [`NotRun::Unreached`]); one that does not answer
+    /// is silence, which a release does not wait out twice.
     fn open_redirected(&self, address: &Address) -> anyhow::Result<Session> {
-        let mut there = self
-            .dial
-            .open(address, self.dial.connect_timeout)
-            .map_err(mark_unserved)?;
+        let mut there = self.dial.open(address, self.dial.connect_timeout)?;
         there.cluster = true;
         there.set_command_timeout(self.command_timeout)?;
         Ok(there)

@@ -3,7 +3,9 @@
 //! still name a master that has just been demoted); a replica means asking again, a few times,
 //! after a pause that doubles. Each new connection discovers afresh, so a renewal or a waiter
 //! that meets a dead or demoted master (connection refused, READONLY) finds the new one on its
-//! next attempt.
+//! next attempt, and a release, which did not run there, is sent again to it. A master named
+//! that is not one, or no sentinel reachable at all, is an answer that nothing ran
+//! ([`NotRun::Unreached`]).
 //!
 //! Sentinels may need credentials of their own: the user from the URL's `sentinel_user`
 //! parameter, the password from REDLOCK_SENTINEL_PASSWORD (never the master's: sentinels are
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::transport::Connection;
 use super::url::Address;
 use super::{Credentials, Dial, Session};
-use crate::exit::{Failure, Hint, fail, fail_with, failure_of};
+use crate::exit::{Failure, Fate, Hint, NotRun, fail, fail_not_run, fail_with, failure_of, fate};
 
 /// Where to ask, and as whom.
 #[derive(Debug, Clone)]
@@ -57,8 +59,9 @@ impl Sentinels {
                 Err(err) => return Err(err),
             }
         }
-        Err(fail(
-            Failure::Unavailable,
+        // No master took the request: it did not run (a release may be sent again).
+        Err(fail_not_run(
+            NotRun::Unreached,
             format!(
                 "the sentinels name a master of '{}' that is not one ({}); a failover may be under way",
                 self.service,
@@ -114,8 +117,15 @@ impl Sentinels {
             && failures
                 .iter()
                 .all(|(_, err)| failure_of(err) == Some(Failure::Auth));
+        // Every sentinel refused the connection: nothing was asked of a master.
+        let all_unreached = unknown == 0
+            && failures
+                .iter()
+                .all(|(_, err)| matches!(fate(err), Some(Fate::NotRun(NotRun::Unreached))));
         Err(if all_auth {
             fail_with(Failure::Auth, message, Hint::SentinelPassword)
+        } else if all_unreached {
+            fail_not_run(NotRun::Unreached, message)
         } else {
             fail(Failure::Unavailable, message)
         })

@@ -18,7 +18,7 @@ use redis::{ConnectionLike, RedisResult, Value};
 use super::resp::Reader;
 use super::tls::Tls;
 use super::url::Address;
-use crate::exit::{Failure, fail};
+use crate::exit::{Failure, NotRun, fail, fail_not_run};
 
 /// The byte stream under a connection.
 enum Stream {
@@ -434,14 +434,19 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
     Err(last)
 }
 
-/// A failure to reach the server at all.
+/// A failure to reach the server at all. Refused, or no route to the host: an answer that
+/// nothing was sent ([`NotRun::Unreached`]); silence is not one (a host that is down, or
+/// a lost packet: only the connect timeout ends it).
 fn unreachable(err: &io::Error, timeout: Duration) -> anyhow::Error {
-    let why = match err.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            format!("no answer within {}", crate::duration::display(timeout))
+    match err.kind() {
+        io::ErrorKind::ConnectionRefused => fail_not_run(NotRun::Unreached, "connection refused"),
+        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+            fail_not_run(NotRun::Unreached, err.to_string())
         }
-        _ => err.to_string(),
-    };
-    fail(Failure::Unavailable, why)
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => fail(
+            Failure::Unavailable,
+            format!("no answer within {}", crate::duration::display(timeout)),
+        ),
+        _ => fail(Failure::Unavailable, err.to_string()),
+    }
 }

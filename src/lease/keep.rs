@@ -18,7 +18,7 @@ use crate::lease::{Confirmed, HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verd
 use crate::lock::{Ending, Lock, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::Store;
+use crate::store::{ReleaseBound, Store};
 
 /// How often `--while-pid` looks whether its process is still there.
 const PID_POLL: Duration = Duration::from_millis(250);
@@ -84,7 +84,7 @@ pub(crate) fn keep(
             .while_pid
             .is_some_and(|pid| nix::sys::signal::kill(pid, None) == Err(nix::errno::Errno::ESRCH))
         {
-            release(store, lock, token, log);
+            release(store, lock, token, renewer.window().valid_until, log);
             return Ok(Ended::PidGone);
         }
         if now >= renewer.window().valid_until {
@@ -103,7 +103,7 @@ pub(crate) fn keep(
             }
             verdict = match inbox.next(wake) {
                 Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                    release(store, lock, token, log);
+                    release(store, lock, token, renewer.window().valid_until, log);
                     return Ok(Ended::Signal(signal));
                 }
                 Some(Incoming::Reply(renewed)) => Some(renewer.on_reply(renewed)),
@@ -126,14 +126,19 @@ pub(crate) fn keep(
     }
 }
 
-/// Token-checked release, bounded: the keeper is on its way out.
-fn release(store: &Store, lock: &Lock, token: &Token, log: Log) {
+/// Token-checked release, bounded: the keeper is on its way out. One known not to have run is
+/// sent again until the lease, which ends at `lease_ends` at the earliest, would be gone anyway.
+fn release(store: &Store, lock: &Lock, token: &Token, lease_ends: BootInstant, log: Log) {
     let request = ReleaseRequest {
         token,
         min_hold: Duration::ZERO,
         ending: &Ending::default(),
     };
-    let released = store.release(lock, None, &request, HASTY_RELEASE, log);
+    let bound = ReleaseBound {
+        answer: HASTY_RELEASE,
+        lease_ends: Some(lease_ends),
+    };
+    let released = store.release(lock, None, &request, bound, log);
     if let Err(err) = released {
         log.warn(format_args!(
             "could not release lock '{}' ({err:#}); its lease runs out by itself",

@@ -12,6 +12,7 @@ mod single;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail};
 use crate::keys::{LockName, Prefix};
@@ -21,6 +22,35 @@ use crate::log::Log;
 pub(crate) use quorum::{
     Attempt, OneRedisOnly, Quorum, QuorumView, Verdict, check_count, refusal, transient,
 };
+
+/// How long a release may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseBound {
+    /// The longest each attempt waits for an answer: a server that does not answer at all
+    /// ends the release then (the release may still run when it gets to it).
+    pub(crate) answer: Duration,
+    /// When the lease ends at the earliest, if the caller knows: a release known not to have
+    /// run is sent again for up to the release timeout, but not past that, when Redis lets the
+    /// lock go by itself.
+    pub(crate) lease_ends: Option<BootInstant>,
+}
+
+impl ReleaseBound {
+    /// Each attempt waits `answer` at most; the lease's end unknown.
+    pub(crate) fn answer_within(answer: Duration) -> Self {
+        Self {
+            answer,
+            lease_ends: None,
+        }
+    }
+
+    /// How long a release to `target` known not to have run is sent again.
+    fn retry_for(self, target: &Target) -> Duration {
+        let timeout = target.release_timeout();
+        self.lease_ends
+            .map_or(timeout, |ends| timeout.min(ends.remaining()))
+    }
+}
 
 /// One Redis, or a quorum of masters.
 #[derive(Clone)]
@@ -209,21 +239,34 @@ impl Store {
     }
 
     /// Token-checked release (or keep for the minimum hold) within `bound`: with one Redis,
-    /// over `session` if given (see `single::release` for when it is sent again); in quorum
-    /// mode, on every master at once.
+    /// over `session` if given, and sent again while it is known not to have run (see
+    /// `single::release`); in quorum mode, on every master at once, each given `bound.answer`.
+    /// It returns within [`Self::release_within`].
     pub(crate) fn release(
         &self,
         lock: &Lock,
         session: Option<Session>,
         request: &ReleaseRequest<'_>,
-        bound: Duration,
+        bound: ReleaseBound,
         log: Log,
     ) -> anyhow::Result<Release> {
         match self {
             Store::One(target) => single::release(target, lock, session, request, bound, log),
-            Store::Quorum(quorum) => {
-                quorum.release(lock, request.token, request.min_hold, request.ending, bound)
-            }
+            Store::Quorum(quorum) => quorum.release(
+                lock,
+                request.token,
+                request.min_hold,
+                request.ending,
+                bound.answer,
+            ),
+        }
+    }
+
+    /// The longest [`Self::release`] takes within `bound`.
+    pub(crate) fn release_within(&self, bound: ReleaseBound) -> Duration {
+        match self {
+            Store::One(target) => bound.answer.max(bound.retry_for(target)),
+            Store::Quorum(_) => bound.answer,
         }
     }
 }

@@ -38,7 +38,7 @@ use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::Store;
+use crate::store::{ReleaseBound, Store};
 use stopper::{Ended, SURVIVAL_LIMIT, Stopper};
 
 /// What to run under the lock.
@@ -54,11 +54,31 @@ pub(crate) struct Job {
     pub(crate) replicas: Option<u32>,
 }
 
-/// The longest the final release may take after the command ended (docs/reference.md: redlock ends
-/// within a second of the command whatever state Redis is in). Waiting longer buys nothing: a
+/// The longest the final release waits for an answer after the command ended (docs/reference.md:
+/// redlock ends within a second of the command if Redis hangs). Waiting longer buys nothing: a
 /// release sent to a slow server still runs when the server gets to it, after redlock has
-/// gone; one that never runs leaves the lock to expire with its lease.
+/// gone; one that never runs leaves the lock to expire with its lease. (One the server refused
+/// without running it is sent again for up to the release timeout: see `Store::release`.)
 const FINAL_RELEASE: Duration = Duration::from_secs(1);
+
+/// How a supervised run ended.
+pub(crate) enum Supervised {
+    /// The command ran (or a signal came before it started): how redlock ends.
+    Done(Done),
+    /// The lease was too near its end to start the command on it: the lock was released and
+    /// nothing started. The caller may take the lock again.
+    TooLate(TooLate),
+}
+
+/// A lease too near its end to start the command on: who was late.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TooLate {
+    /// Redis answered the acquisition too late (it stalled); otherwise the answer came in time
+    /// and redlock itself was kept from starting the command (stopped, or starved of CPU).
+    pub(crate) answered_late: bool,
+    /// From the answer to the moment redlock found the lease too near its end.
+    pub(crate) since_answer: Duration,
+}
 
 /// Runs `job` under the lock just `held`; releases the lock after the command's group is gone
 /// and returns how the run ended.
@@ -69,10 +89,11 @@ pub(crate) fn supervise(
     held: Held,
     job: &Job,
     log: Log,
-) -> anyhow::Result<Done> {
+) -> anyhow::Result<Supervised> {
     let Held {
         lease,
         confirmed,
+        answered,
         session,
         worker,
     } = held;
@@ -88,10 +109,12 @@ pub(crate) fn supervise(
         log,
         worker,
     };
-    let too_late = job.plan.window(confirmed).term_at;
-    let (child, session) = match start(job, signals, &ending, session, too_late)? {
+    let window = job.plan.window(confirmed);
+    let moments = (answered, window.term_at, window.valid_until);
+    let (child, session) = match start(job, signals, &ending, session, moments)? {
         Started::Running(child, session) => (child, session),
-        Started::NotStarted(done) => return Ok(done),
+        Started::Interrupted(done) => return Ok(Supervised::Done(done)),
+        Started::TooLate(late) => return Ok(Supervised::TooLate(late)),
     };
     let started = BootInstant::now();
     let lease = Lease {
@@ -116,7 +139,7 @@ pub(crate) fn supervise(
         signalled: None,
     };
     let ended = supervisor.run_until_gone();
-    supervisor.finish(ended, ending)
+    supervisor.finish(ended, ending).map(Supervised::Done)
 }
 
 /// Whether the command was started.
@@ -124,20 +147,27 @@ enum Started {
     /// Running; the lease's connection passed on to the renewals.
     Running(Child, Option<Session>),
     /// Not started (a signal came first); the lock was released.
-    NotStarted(Done),
+    Interrupted(Done),
+    /// Not started: the lease was about to lapse; the lock was released.
+    TooLate(TooLate),
 }
 
 /// Starts the command on the lease just taken, unless a terminating signal came first or the
-/// lease is about to lapse (`too_late`: a slow or stalled acquisition); when it is not started,
-/// the lock is released first, within the hasty bound.
+/// lease is about to lapse (`too_late`: an acquisition answered late, or redlock stalled
+/// since the answer came at `answered`); when it is not started, the lock is released first,
+/// within the hasty bound (and, sent again, not past the lease's end, `lease_ends`).
 fn start(
     job: &Job,
     signals: &Signals,
     ending: &FinalRelease<'_>,
     session: Option<Session>,
-    too_late: BootInstant,
+    (answered, too_late, lease_ends): (BootInstant, BootInstant, BootInstant),
 ) -> anyhow::Result<Started> {
     let key = ending.key;
+    let hasty = ReleaseBound {
+        answer: HASTY_RELEASE,
+        lease_ends: Some(lease_ends),
+    };
     if let Some(signal) = ending
         .inbox
         .pending_signal()
@@ -147,24 +177,25 @@ fn start(
             "{} received before the command started",
             signals::name(signal)
         );
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
+        ending.release(session, Duration::ZERO, hasty, None, Some(why))?;
         ending.log.notice(format_args!(
             "{} received before the command started; lock '{key}' released",
             signals::name(signal)
         ));
-        return Ok(Started::NotStarted(Done::Interrupted(signal)));
+        return Ok(Started::Interrupted(Done::Interrupted(signal)));
     }
-    if BootInstant::now() >= too_late {
+    let now = BootInstant::now();
+    if now >= too_late {
         let why = "granted too late to start the command".to_owned();
-        ending.release(session, Duration::ZERO, HASTY_RELEASE, None, Some(why))?;
-        return Err(fail(
-            Failure::Unavailable,
-            format!("lock '{key}' was granted too late to start the command safely; released"),
-        ));
+        ending.release(session, Duration::ZERO, hasty, None, Some(why))?;
+        return Ok(Started::TooLate(TooLate {
+            answered_late: answered >= too_late,
+            since_answer: now.since(answered),
+        }));
     }
     if let Err(err) = child::become_subreaper() {
         // The setting's error is the one to report; a release that fails expires anyway.
-        let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, None, None);
+        let _ = ending.release(session, Duration::ZERO, hasty, None, None);
         return Err(err.into());
     }
     let spec = child::Spec {
@@ -185,7 +216,7 @@ fn start(
             let failure = spawn_failure(&job.argv[0], &err);
             let code = i32::from(crate::exit::exit_code(&failure, crate::exit::BUSY));
             let status = Some(ChildStatus::Exited(code));
-            ending.release(session, Duration::ZERO, HASTY_RELEASE, status, None)?;
+            ending.release(session, Duration::ZERO, hasty, status, None)?;
             Err(failure)
         }
     }
@@ -273,6 +304,9 @@ struct Lost {
     kill_by: BootInstant,
     failure: Failure,
     why: String,
+    /// How the command had ended when the loss was found, if it had: redlock, stalled (a
+    /// SIGSTOP, a paused VM), found both on waking, and cannot tell which came first.
+    ended_before: Option<ChildStatus>,
 }
 
 struct Supervisor<'a> {
@@ -401,17 +435,34 @@ impl Supervisor<'_> {
             return;
         }
         let window = self.renewer.window();
-        self.log.notice(format_args!(
-            "lost lock '{}': {why}; stopping the command",
-            self.key
-        ));
+        self.lose(why, failure, "", window.kill_at);
+        self.command
+            .stop_unless_gone((BootInstant::now() + window.loss_grace).min(window.kill_at));
+    }
+
+    /// Records the loss and says what becomes of the command: stopped (`stopping` says how
+    /// soon), or already ended, with its status (then only what it left in its group, if
+    /// anything, is stopped).
+    fn lose(&mut self, why: String, failure: Failure, stopping: &str, kill_by: BootInstant) {
+        let ended_before = self.command.exited();
+        let fate = match ended_before {
+            None => format!("stopping the command{stopping}"),
+            Some(status) if self.command.gone() => {
+                format!("the command had already ended ({})", how_it_ended(status))
+            }
+            Some(status) => format!(
+                "the command had already ended ({}); stopping what it left in its group",
+                how_it_ended(status)
+            ),
+        };
+        self.log
+            .notice(format_args!("lost lock '{}': {why}; {fate}", self.key));
         self.lost = Some(Lost {
-            kill_by: window.kill_at,
+            kill_by,
             failure,
             why,
+            ended_before,
         });
-        self.command
-            .stop((BootInstant::now() + window.loss_grace).min(window.kill_at));
     }
 
     /// Acts on the deadlines that have come; says when the loop is over.
@@ -435,7 +486,7 @@ impl Supervisor<'_> {
         if let Some(Lost { kill_by, .. }) = self.lost
             && now >= kill_by
         {
-            self.command.stop(now);
+            self.command.stop_unless_gone(now);
         }
         self.command.on_time(now, self.log)
     }
@@ -459,16 +510,13 @@ impl Supervisor<'_> {
             duration::display(now.since(confirmed_at)),
             trouble.unwrap_or("no reply")
         );
-        self.log.notice(format_args!(
-            "lost lock '{}': {why}; stopping the command before the lease can lapse",
-            self.key
-        ));
-        self.lost = Some(Lost {
-            kill_by: window.kill_at,
-            failure: Failure::Lost,
+        self.lose(
             why,
-        });
-        self.command.stop(window.kill_at);
+            Failure::Lost,
+            " before the lease can lapse",
+            window.kill_at,
+        );
+        self.command.stop_unless_gone(window.kill_at);
     }
 
     /// After the loop: the terminal back, renewals stopped, the lock released (or left to
@@ -476,6 +524,12 @@ impl Supervisor<'_> {
     fn finish(self, ended: Ended, ending: FinalRelease<'_>) -> anyhow::Result<Done> {
         self.command.reclaim_terminal();
         crate::failpoint::hit("ending");
+        // A release known not to have run is sent again, but not past the lease's end.
+        let lease_ends = Some(self.renewer.window().valid_until);
+        let hasty = ReleaseBound {
+            answer: HASTY_RELEASE,
+            lease_ends,
+        };
         // Stops renewing; a renewal still in flight that lands after the release finds the
         // token gone, or its hold over (kept for the minimum hold), and changes nothing. The
         // release takes the renewals' connection when none is in flight on it, else a new one.
@@ -505,15 +559,30 @@ impl Supervisor<'_> {
         }
         if let Some(lost) = &self.lost {
             // Token-checked, so harmless if the lock is someone else's by now. The history says
-            // why the command was stopped, whether the lock is still held there or not.
-            let why = Some(format!("stopped: {}", lost.why));
-            let _ = ending.release(session, Duration::ZERO, HASTY_RELEASE, Some(status), why);
+            // why the command was stopped, or that it had ended (with its status beside),
+            // whether the lock is still held there or not.
+            let why = Some(match lost.ended_before {
+                None => format!("stopped: {}", lost.why),
+                Some(_) => format!("lost after the command ended: {}", lost.why),
+            });
+            let _ = ending.release(session, Duration::ZERO, hasty, Some(status), why);
+            if let Some(status) = lost.ended_before {
+                // 125 all the same: the lease may have lapsed while the command still ran.
+                self.log.notice(format_args!(
+                    "the command had ended ({}), but lock '{key}' may have lapsed before it did: exiting {}",
+                    how_it_ended(status),
+                    crate::exit::LOST
+                ));
+            }
             return Ok(by_us());
         }
-        let bound = if self.signalled.is_some() {
-            HASTY_RELEASE
-        } else {
-            FINAL_RELEASE
+        let bound = ReleaseBound {
+            answer: if self.signalled.is_some() {
+                HASTY_RELEASE
+            } else {
+                FINAL_RELEASE
+            },
+            lease_ends,
         };
         // Why the command ended, for the history: the limit that stopped it, or the signal
         // redlock passed on to it.
@@ -553,6 +622,14 @@ impl Supervisor<'_> {
     }
 }
 
+/// How the command ended, for a message: `exit 3`, `killed by SIGTERM`.
+fn how_it_ended(status: ChildStatus) -> String {
+    match status {
+        ChildStatus::Exited(code) => format!("exit {code}"),
+        ChildStatus::Signaled(signal) => format!("killed by {}", signals::name(signal)),
+    }
+}
+
 /// What the final release needs: it runs on the worker that acquired the lock, over the
 /// connection the renewals used (the acquisition's), while the main thread waits for the reply,
 /// a signal, or the bound.
@@ -568,17 +645,20 @@ struct FinalRelease<'a> {
 }
 
 impl FinalRelease<'_> {
-    /// Token-checked release (or keep for the minimum hold), within `bound`. The connection
-    /// may have sat idle for the whole run: if it fails, one fresh connection is tried.
+    /// Token-checked release (or keep for the minimum hold) within `bound`: waiting
+    /// `bound.answer` at most for a server that does not answer; one known not to have run is
+    /// sent again, up to the release timeout (see `Store::release`). The connection may have
+    /// sat idle for the whole run: if it was closed, a fresh one is tried.
     fn release(
         &self,
         session: Option<Session>,
         min_hold: Duration,
-        bound: Duration,
+        bound: ReleaseBound,
         status: Option<ChildStatus>,
         why: Option<String>,
     ) -> anyhow::Result<Release> {
-        let deadline = BootInstant::now() + bound;
+        let within = self.store.release_within(bound);
+        let deadline = BootInstant::now() + within;
         // For the history: the fence held (a lost lock is marked as such), how the command ended.
         let report = Ending {
             held_fence: Some(self.fence),
@@ -616,7 +696,7 @@ impl FinalRelease<'_> {
                 _ if BootInstant::now() >= deadline => {
                     return Err(fail(
                         Failure::Unavailable,
-                        format!("no answer within {}", duration::display(bound)),
+                        format!("no answer within {}", duration::display(within)),
                     ));
                 }
                 _ => {}

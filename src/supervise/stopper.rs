@@ -69,6 +69,11 @@ impl Stopper {
         self.exited
     }
 
+    /// The command has exited and nothing of its group is left: nothing to stop.
+    pub(super) fn gone(&self) -> bool {
+        self.exited.is_some() && !self.child.group_alive()
+    }
+
     /// A terminating signal received by redlock: passed on to the group exactly as received.
     /// After INT or TERM, SIGKILL follows after the grace, or at once on a second one.
     pub(super) fn forward(&mut self, signal: i32) {
@@ -98,6 +103,13 @@ impl Stopper {
             },
             killed @ Stopping::Killed { .. } => killed,
         };
+    }
+
+    /// Like [`Self::stop`], unless nothing is left to stop ([`Self::gone`]).
+    pub(super) fn stop_unless_gone(&mut self, kill_by: BootInstant) {
+        if !self.gone() {
+            self.stop(kill_by);
+        }
     }
 
     /// Stops the group with the usual grace.

@@ -14,4 +14,5 @@ mod network;
 mod partitions;
 mod scenarios;
 mod soak;
+mod stalls;
 mod wrapper;

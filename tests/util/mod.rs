@@ -592,6 +592,14 @@ pub fn alive(pid: u32) -> bool {
     })
 }
 
+/// Whether process `pid` is stopped (SIGSTOP, or a failpoint that stops it).
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
+}
+
 /// Milliseconds since the Unix epoch on this machine's wall clock (the test server's clock).
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()
