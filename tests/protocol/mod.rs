@@ -6,6 +6,8 @@
 
 #![allow(unreachable_pub)]
 
+mod check;
+mod clients;
 mod conformance;
 mod mutants;
 mod server;
@@ -178,5 +180,62 @@ fn the_conformance_test_tells_each_deliberate_bug_from_the_model() {
     assert!(
         survived.is_empty(),
         "bugs the conformance test did not see: {survived:?}"
+    );
+}
+
+/// A budget from `REDLOCK_MODEL_BUDGET` ("crashes,pauses,stalls"), else `default`.
+fn budget(default: (u8, u8, u8)) -> clients::Budget {
+    let (crashes, pauses, stalls) = std::env::var("REDLOCK_MODEL_BUDGET")
+        .ok()
+        .and_then(|text| {
+            let parts: Vec<u8> = text.split(',').filter_map(|n| n.parse().ok()).collect();
+            (parts.len() == 3).then(|| (parts[0], parts[1], parts[2]))
+        })
+        .unwrap_or(default);
+    clients::Budget {
+        crashes,
+        pauses,
+        stalls,
+    }
+}
+
+/// Every interleaving of three clients (two `run`, one `acquire --wait`) waiting for one
+/// exclusive lock, with faults: every property holds.
+#[test]
+fn the_protocol_keeps_its_properties_in_every_interleaving() {
+    let limit = std::env::var("REDLOCK_MODEL_SECS")
+        .ok()
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or(300);
+    let checked = check::Lock {
+        roles: vec![
+            (clients::Role::Run, Mode::Exclusive),
+            (clients::Role::Acquire, Mode::Exclusive),
+            (clients::Role::Run, Mode::Exclusive),
+        ],
+        budget: budget((2, 0, 0)),
+        mutant: None,
+    }
+    .check(2, std::time::Duration::from_secs(limit));
+    println!(
+        "checked {} states in {:?} (complete: {})",
+        checked.states, checked.took, checked.complete
+    );
+    for (property, trace) in &checked.broken {
+        println!("BROKEN: {property}\n{trace}");
+    }
+    assert!(
+        checked.broken.is_empty(),
+        "properties broken: {:?}",
+        checked.broken.iter().map(|b| b.0).collect::<Vec<_>>()
+    );
+    assert!(
+        checked.complete,
+        "the search did not finish within {limit} s"
+    );
+    assert!(
+        checked.unreached.is_empty(),
+        "never reached: {:?}",
+        checked.unreached
     );
 }
