@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{REDLOCK, RedisServer, Redlock, TempDir};
+use crate::util::{REDLOCK, RedisServer, Redlock, TempDir, dist};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -214,68 +214,79 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
     );
 }
 
-/// The release tarball: SHA256SUMS verifies it; it unpacks into one directory named for the
-/// version and the target, holding the binary, the committed man pages and completion
-/// scripts, the README and the licences; the binary runs from there.
+/// The release tarball of each architecture: SHA256SUMS verifies it; it unpacks into one
+/// directory named for the version and the target, holding the binary, the committed man
+/// pages and completion scripts, the README and the licences; the binary runs from there (the
+/// aarch64 one under qemu-user), and says the version, commit and target of its name.
 #[test]
 fn release_tarball_verifies_unpacks_and_runs() {
     let dir = TempDir::new("tarball");
-    let out = package(dir.path(), &["tarball"]);
-    let line = version_line(Path::new(REDLOCK));
-    let target = line.rsplit_once(' ').unwrap().1.trim_end_matches(')');
-    let name = format!("redlock-{VERSION}-{target}");
-    assert_eq!(
-        names(&out),
-        BTreeSet::from(["SHA256SUMS".to_owned(), format!("{name}.tar.gz")])
-    );
+    let (out, targets) = release_files(dir.path(), &["tarball"]);
     let verified = check(
         Command::new("sha256sum")
             .args(["--check", "SHA256SUMS"])
             .current_dir(&out),
     );
-    assert_eq!(verified.trim(), format!("{name}.tar.gz: OK"));
-    let unpacked = dir.path().join("unpacked");
-    std::fs::create_dir_all(&unpacked).unwrap();
-    check(
-        Command::new("tar")
-            .arg("-xzf")
-            .arg(out.join(format!("{name}.tar.gz")))
-            .arg("-C")
-            .arg(&unpacked),
-    );
-    assert_eq!(names(&unpacked), BTreeSet::from([name.clone()]));
-    let tree = unpacked.join(&name);
-    assert_eq!(
-        names(&tree),
-        [
-            "LICENSE-APACHE",
-            "LICENSE-MIT",
-            "README.md",
-            "completions",
-            "man",
-            "redlock"
-        ]
-        .map(str::to_owned)
-        .into()
-    );
-    let root = Path::new(ROOT);
-    for (unpacked, committed) in [
-        (tree.join("man"), root.join("man")),
-        (tree.join("completions"), root.join("completions")),
-    ] {
-        same_files(&unpacked, &committed);
+    for target in &targets {
+        let name = format!("redlock-{VERSION}-{target}");
+        assert!(
+            verified
+                .lines()
+                .any(|line| line == format!("{name}.tar.gz: OK")),
+            "SHA256SUMS does not verify {name}.tar.gz:\n{verified}"
+        );
+        let unpacked = dir.path().join("unpacked").join(target);
+        std::fs::create_dir_all(&unpacked).unwrap();
+        check(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(out.join(format!("{name}.tar.gz")))
+                .arg("-C")
+                .arg(&unpacked),
+        );
+        assert_eq!(names(&unpacked), BTreeSet::from([name.clone()]));
+        let tree = unpacked.join(&name);
+        assert_eq!(
+            names(&tree),
+            [
+                "LICENSE-APACHE",
+                "LICENSE-MIT",
+                "README.md",
+                "completions",
+                "man",
+                "redlock"
+            ]
+            .map(str::to_owned)
+            .into()
+        );
+        let root = Path::new(ROOT);
+        for (unpacked, committed) in [
+            (tree.join("man"), root.join("man")),
+            (tree.join("completions"), root.join("completions")),
+        ] {
+            same_files(&unpacked, &committed);
+        }
+        for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+            assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
+        }
+        assert_eq!(mode(&tree.join("redlock")), 0o755);
+        assert_eq!(dist::elf_arch(&tree.join("redlock")), arch_of(target));
+        if arch_of(target) != std::env::consts::ARCH && dist::qemu_aarch64_or_skip().is_none() {
+            continue;
+        }
+        assert_eq!(
+            version_line(&tree.join("redlock")),
+            version_line_for(target)
+        );
     }
-    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
-        assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
-    }
-    assert_eq!(mode(&tree.join("redlock")), 0o755);
-    assert_eq!(version_line(&tree.join("redlock")), line);
 }
 
-/// The Debian package, installed with `dpkg --root` into a temporary root (the machine's own
-/// package database is never touched): its control fields, every file where Debian wants it,
-/// `man redlock` reading the gzipped pages, the completion scripts loading, and after
-/// `dpkg -r` nothing left but the temporary root's own dpkg database.
+/// The Debian package of each architecture, installed with `dpkg --root` into a temporary
+/// root (the machine's own package database is never touched): its control fields, every
+/// file where Debian wants it (the same paths and modes in the amd64 and the arm64 package),
+/// the binary running (arm64's under qemu-user), `man redlock` reading the gzipped pages, the
+/// completion scripts loading, and after `dpkg -r` nothing left but the temporary root's own
+/// dpkg database.
 #[test]
 fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     if let Some(why) = cannot_run_as_root(&["dpkg", "dpkg-deb", "man"]) {
@@ -283,42 +294,12 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
         return;
     }
     let dir = TempDir::new("deb");
-    let out = package(dir.path(), &["deb"]);
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => panic!("no Debian architecture for {other}"),
-    };
-    let deb = out.join(format!("redlock_{VERSION}-1_{arch}.deb"));
-    assert_eq!(
-        names(&out),
-        BTreeSet::from([
-            "SHA256SUMS".to_owned(),
-            deb.file_name().unwrap().to_string_lossy().into_owned()
-        ])
-    );
+    let (out, targets) = release_files(dir.path(), &["deb"]);
     check(
         Command::new("sha256sum")
             .args(["--check", "SHA256SUMS"])
             .current_dir(&out),
     );
-    let field = |name: &str| check(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name));
-    assert_eq!(field("Package").trim(), "redlock");
-    assert_eq!(field("Version").trim(), format!("{VERSION}-1"));
-    assert_eq!(field("Architecture").trim(), arch);
-    // The static binary needs no library.
-    assert_eq!(field("Depends").trim(), "");
-
-    // Every file the package holds, with its mode and owner.
-    let contents = check(Command::new("dpkg-deb").arg("--contents").arg(&deb));
-    let mut files = BTreeSet::new();
-    for line in contents.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields[1], "root/root", "{line}");
-        if !fields[0].starts_with('d') {
-            files.insert((fields[5].trim_start_matches("./").to_owned(), fields[0]));
-        }
-    }
     let root = Path::new(ROOT);
     let mut expected = BTreeSet::from([("usr/bin/redlock".to_owned(), "-rwxr-xr-x")]);
     for page in names(&root.join("man")) {
@@ -327,16 +308,53 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     for (_, installed) in DEB_COMPLETIONS {
         expected.insert(((*installed).to_owned(), "-rw-r--r--"));
     }
-    for doc in ["copyright", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+    for doc in [
+        "copyright",
+        "changelog.Debian.gz",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ] {
         expected.insert((format!("usr/share/doc/redlock/{doc}"), "-rw-r--r--"));
     }
     for doc in names(&root.join("docs")) {
         expected.insert((format!("usr/share/doc/redlock/docs/{doc}"), "-rw-r--r--"));
     }
-    assert_eq!(files, expected);
+    expected.insert((
+        "usr/share/lintian/overrides/redlock".to_owned(),
+        "-rw-r--r--",
+    ));
+    for target in &targets {
+        let arch = debian_arch(target);
+        let deb = out.join(format!("redlock_{VERSION}-1_{arch}.deb"));
+        let field = |name: &str| check(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name));
+        assert_eq!(field("Package").trim(), "redlock");
+        assert_eq!(field("Version").trim(), format!("{VERSION}-1"));
+        assert_eq!(field("Architecture").trim(), arch);
+        // The static binary needs no library.
+        assert_eq!(field("Depends").trim(), "");
 
-    // Installed into a root of its own, with its own empty package database.
-    let system = dir.path().join("root");
+        // Every file the package holds, with its mode and owner.
+        let contents = check(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+        let mut files = BTreeSet::new();
+        for line in contents.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(fields[1], "root/root", "{line}");
+            if !fields[0].starts_with('d') {
+                files.insert((fields[5].trim_start_matches("./").to_owned(), fields[0]));
+            }
+        }
+        assert_eq!(files, expected, "{}", deb.display());
+        deb_installs_and_removes(&dir.path().join(arch), &deb, target);
+    }
+}
+
+/// `deb` (for `target`) installed into a root of its own, with its own empty package
+/// database, which knows the package's architecture; what it installed works; `dpkg -r`
+/// leaves nothing.
+fn deb_installs_and_removes(dir: &Path, deb: &Path, target: &str) {
+    let root = Path::new(ROOT);
+    let system = dir.join("root");
     let admin = system.join("var/lib/dpkg");
     for sub in ["info", "updates"] {
         std::fs::create_dir_all(admin.join(sub)).unwrap();
@@ -350,13 +368,18 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
                 .args(args),
         )
     };
+    let arch = debian_arch(target);
+    if dpkg(&["--print-architecture"]).trim() != arch {
+        dpkg(&["--add-architecture", arch]);
+    }
     dpkg(&["-i", deb.to_str().unwrap()]);
     assert!(dpkg(&["-s", "redlock"]).contains("Status: install ok installed"));
     let usr = system.join("usr");
-    assert_eq!(
-        version_line(&usr.join("bin/redlock")),
-        version_line(Path::new(REDLOCK))
-    );
+    let binary = usr.join("bin/redlock");
+    assert_eq!(dist::elf_arch(&binary), arch_of(target));
+    if arch_of(target) == std::env::consts::ARCH || dist::qemu_aarch64_or_skip().is_some() {
+        assert_eq!(version_line(&binary), version_line_for(target));
+    }
     for (file, installed) in DEB_COMPLETIONS {
         assert_eq!(
             read(&system.join(installed)),
@@ -386,13 +409,16 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     );
     assert!(overview.contains("EXIT STATUS"), "{overview}");
 
-    let share = usr.join("share");
-    completions_load(
-        &usr.join("bin"),
-        &share,
-        Some(&share.join("zsh/vendor-completions")),
-        &dir.path().join("shell-home"),
-    );
+    // The scripts load for the native build (an emulated one runs the same scripts).
+    if arch_of(target) == std::env::consts::ARCH {
+        let share = usr.join("share");
+        completions_load(
+            &usr.join("bin"),
+            &share,
+            Some(&share.join("zsh/vendor-completions")),
+            &dir.join("shell-home"),
+        );
+    }
 
     dpkg(&["-r", "redlock"]);
     let status = Command::new("dpkg")
@@ -717,6 +743,44 @@ fn cannot_run_as_root(tools: &[&str]) -> Option<String> {
         .map(|tool| format!("{tool} is not installed"))
 }
 
+/// The release files to test, and the targets they are for: those in `REDLOCK_DIST`, which
+/// dist/package made for every release target (.ci/run), or else the binary under test
+/// packaged here into `dir`/out (one target: the x86_64 one).
+fn release_files(dir: &Path, what: &[&str]) -> (PathBuf, Vec<String>) {
+    if let Some(release) = dist::release_dir() {
+        return (release, dist::RELEASE_TARGETS.map(str::to_owned).to_vec());
+    }
+    let target = version_line(Path::new(REDLOCK))
+        .rsplit_once(' ')
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .to_owned();
+    (package(dir, what), vec![target])
+}
+
+/// The architecture of a target, in Rust's words.
+fn arch_of(target: &str) -> &str {
+    target.split('-').next().unwrap()
+}
+
+/// The Debian architecture of a release target.
+fn debian_arch(target: &str) -> &'static str {
+    match arch_of(target) {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no Debian architecture for {other}"),
+    }
+}
+
+/// What `--version` says for a build of this checkout for `target`: the binary under test's
+/// line, with the target changed.
+fn version_line_for(target: &str) -> String {
+    let line = version_line(Path::new(REDLOCK));
+    let (head, _) = line.rsplit_once(' ').unwrap();
+    format!("{head} {target})")
+}
+
 /// Runs dist/package on the binary under test into `dir`/out; the output directory.
 fn package(dir: &Path, what: &[&str]) -> PathBuf {
     let out = dir.join("out");
@@ -731,9 +795,9 @@ fn package(dir: &Path, what: &[&str]) -> PathBuf {
     out
 }
 
-/// `binary --version`, trimmed.
+/// `binary --version`, trimmed (an aarch64 binary run under qemu-user).
 fn version_line(binary: &Path) -> String {
-    check(Command::new(binary).arg("--version"))
+    check(dist::runner(binary).arg("--version"))
         .trim()
         .to_owned()
 }
