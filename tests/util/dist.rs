@@ -103,3 +103,32 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
 }
+
+/// The x86_64 image archive to test: the release files' (REDLOCK_DIST), or else one that
+/// dist/package makes into `dir` of the binary under test, which must then be the static musl
+/// build; None after saying why where neither can be had (see `missing`).
+#[track_caller]
+pub fn image_archive(dir: &Path) -> Option<PathBuf> {
+    let name = format!("redlock-{}-{X86_64}-image.tar", env!("CARGO_PKG_VERSION"));
+    if let Some(release) = release_dir() {
+        return Some(release.join(name));
+    }
+    if !cfg!(all(target_arch = "x86_64", target_env = "musl")) {
+        missing("the binary under test is not the x86_64 static musl build, which an image holds");
+        return None;
+    }
+    if which("podman").is_none() {
+        missing("podman is not installed");
+        return None;
+    }
+    let out = dir.join("image");
+    let status = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/package"))
+        .args(["--binary", super::REDLOCK, "--out"])
+        .arg(&out)
+        .arg("image")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run dist/package");
+    assert!(status.success(), "dist/package image: {status}");
+    Some(out.join(name))
+}

@@ -46,6 +46,8 @@ pub const REPORT_BASE: &str = "localhost/report-base:test";
 
 pub struct Podman {
     dir: TempDir,
+    /// podman's run root, which must be a path of under 50 characters: under /tmp.
+    run_root: PathBuf,
     runc: Option<PathBuf>,
     /// Shared with the containers as /shared, writable by any user.
     pub shared: PathBuf,
@@ -70,9 +72,14 @@ impl Podman {
         std::fs::create_dir_all(&shared).unwrap();
         let open = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o777);
         std::fs::set_permissions(&shared, open).unwrap();
+        let run_root = std::env::temp_dir().join(format!(
+            "redlock-podman-{}",
+            dir.path().file_name().unwrap().to_string_lossy()
+        ));
         let this = Self {
             runc: which("runc"),
             shared,
+            run_root,
             dir,
         };
         let context = this.dir.path().join("report-base");
@@ -109,7 +116,7 @@ impl Podman {
             .arg("--root")
             .arg(self.dir.path().join("storage"))
             .arg("--runroot")
-            .arg(self.dir.path().join("run"))
+            .arg(&self.run_root)
             .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"]);
         if let Some(runc) = &self.runc {
             command.arg("--runtime").arg(runc);
@@ -151,18 +158,26 @@ impl Podman {
     /// arguments), `env` passed by name from this process's environment given to it (so that
     /// a password is not in podman's argv), /shared mounted; bounded to 60 s.
     pub fn run(&self, image: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
-        let child = self.spawn(image, None, env, args);
+        let child = self
+            .container(image, None, None, env, args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn podman");
         finish(child, Duration::from_secs(60))
     }
 
-    /// Starts such a container in the background, named `name` if given.
-    pub fn spawn(
+    /// The `podman run` command for such a container, named `name` if given, and with
+    /// `entrypoint` for the image's own: Kubernetes' `command` replaces the entrypoint.
+    pub fn container(
         &self,
         image: &str,
         name: Option<&str>,
+        entrypoint: Option<&str>,
         env: &[(&str, &str)],
         args: &[&str],
-    ) -> Child {
+    ) -> Command {
         let mut command = self.command();
         command.args([
             "run",
@@ -180,17 +195,20 @@ impl Podman {
         if let Some(name) = name {
             command.args(["--name", name]);
         }
+        if let Some(entrypoint) = entrypoint {
+            command.args(["--entrypoint", entrypoint]);
+        }
         for (variable, value) in env {
             command.args(["--env", variable]).env(variable, value);
         }
+        command.arg(image).args(args);
         command
-            .arg(image)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn podman")
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.run_root);
     }
 }
 
