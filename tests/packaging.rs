@@ -1,8 +1,13 @@
 //! Installing redlock like a system tool: `--version` names the commit and the target
-//! (build.rs), `dist/package` makes the Debian package and the release tarball, the package
-//! installs into a temporary root with dpkg and leaves nothing when removed, the tarball
-//! verifies and runs, and the README's install commands work for a user with sudo. The
-//! committed completion scripts are checked with man/ by `docs::man_pages_are_fresh`.
+//! (build.rs); the release files dist/package makes for x86_64 and aarch64 (those in
+//! `REDLOCK_DIST`, as the release workflow uploads them, or else the binary under test
+//! packaged here): SHA256SUMS verifies them all, each .deb installs into a temporary root with
+//! dpkg and leaves nothing when removed, passes lintian and has a real maintainer and
+//! changelog, each tarball unpacks and runs (aarch64's under qemu-user), each image holds the
+//! binary and nothing else and runs it as a user; the README's install commands work for a
+//! user with sudo. The release workflow runs only what CI runs; the crate holds what the build
+//! needs, and the binary installed from it runs. The committed completion scripts are checked
+//! with man/ by `docs::man_pages_are_fresh`.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
