@@ -3,6 +3,7 @@
 
 mod util;
 
+mod aarch64;
 mod bad_input;
 mod check;
 mod cluster;

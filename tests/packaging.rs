@@ -1,15 +1,20 @@
 //! Installing redlock like a system tool: `--version` names the commit and the target
-//! (build.rs), `dist/package` makes the Debian package and the release tarball, the package
-//! installs into a temporary root with dpkg and leaves nothing when removed, the tarball
-//! verifies and runs, and the README's install commands work for a user with sudo. The
-//! committed completion scripts are checked with man/ by `docs::man_pages_are_fresh`.
+//! (build.rs); the release files dist/package makes for x86_64 and aarch64 (those in
+//! `REDLOCK_DIST`, as the release workflow uploads them, or else the binary under test
+//! packaged here): SHA256SUMS verifies them all, each .deb installs into a temporary root with
+//! dpkg and leaves nothing when removed, passes lintian and has a real maintainer and
+//! changelog, each tarball unpacks and runs (aarch64's under qemu-user), each image holds the
+//! binary and nothing else and runs it as a user; the README's install commands work for a
+//! user with sudo. The release workflow runs only what CI runs; the crate holds what the build
+//! needs, and the binary installed from it runs. The committed completion scripts are checked
+//! with man/ by `docs::man_pages_are_fresh`.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::util::{REDLOCK, RedisServer, Redlock, TempDir};
+use crate::util::{REDLOCK, RedisServer, Redlock, TempDir, dist};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -214,68 +219,79 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
     );
 }
 
-/// The release tarball: SHA256SUMS verifies it; it unpacks into one directory named for the
-/// version and the target, holding the binary, the committed man pages and completion
-/// scripts, the README and the licences; the binary runs from there.
+/// The release tarball of each architecture: SHA256SUMS verifies it; it unpacks into one
+/// directory named for the version and the target, holding the binary, the committed man
+/// pages and completion scripts, the README and the licences; the binary runs from there (the
+/// aarch64 one under qemu-user), and says the version, commit and target of its name.
 #[test]
 fn release_tarball_verifies_unpacks_and_runs() {
     let dir = TempDir::new("tarball");
-    let out = package(dir.path(), &["tarball"]);
-    let line = version_line(Path::new(REDLOCK));
-    let target = line.rsplit_once(' ').unwrap().1.trim_end_matches(')');
-    let name = format!("redlock-{VERSION}-{target}");
-    assert_eq!(
-        names(&out),
-        BTreeSet::from(["SHA256SUMS".to_owned(), format!("{name}.tar.gz")])
-    );
+    let (out, targets) = release_files(dir.path(), &["tarball"]);
     let verified = check(
         Command::new("sha256sum")
             .args(["--check", "SHA256SUMS"])
             .current_dir(&out),
     );
-    assert_eq!(verified.trim(), format!("{name}.tar.gz: OK"));
-    let unpacked = dir.path().join("unpacked");
-    std::fs::create_dir_all(&unpacked).unwrap();
-    check(
-        Command::new("tar")
-            .arg("-xzf")
-            .arg(out.join(format!("{name}.tar.gz")))
-            .arg("-C")
-            .arg(&unpacked),
-    );
-    assert_eq!(names(&unpacked), BTreeSet::from([name.clone()]));
-    let tree = unpacked.join(&name);
-    assert_eq!(
-        names(&tree),
-        [
-            "LICENSE-APACHE",
-            "LICENSE-MIT",
-            "README.md",
-            "completions",
-            "man",
-            "redlock"
-        ]
-        .map(str::to_owned)
-        .into()
-    );
-    let root = Path::new(ROOT);
-    for (unpacked, committed) in [
-        (tree.join("man"), root.join("man")),
-        (tree.join("completions"), root.join("completions")),
-    ] {
-        same_files(&unpacked, &committed);
+    for target in &targets {
+        let name = format!("redlock-{VERSION}-{target}");
+        assert!(
+            verified
+                .lines()
+                .any(|line| line == format!("{name}.tar.gz: OK")),
+            "SHA256SUMS does not verify {name}.tar.gz:\n{verified}"
+        );
+        let unpacked = dir.path().join("unpacked").join(target);
+        std::fs::create_dir_all(&unpacked).unwrap();
+        check(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(out.join(format!("{name}.tar.gz")))
+                .arg("-C")
+                .arg(&unpacked),
+        );
+        assert_eq!(names(&unpacked), BTreeSet::from([name.clone()]));
+        let tree = unpacked.join(&name);
+        assert_eq!(
+            names(&tree),
+            [
+                "LICENSE-APACHE",
+                "LICENSE-MIT",
+                "README.md",
+                "completions",
+                "man",
+                "redlock"
+            ]
+            .map(str::to_owned)
+            .into()
+        );
+        let root = Path::new(ROOT);
+        for (unpacked, committed) in [
+            (tree.join("man"), root.join("man")),
+            (tree.join("completions"), root.join("completions")),
+        ] {
+            same_files(&unpacked, &committed);
+        }
+        for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+            assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
+        }
+        assert_eq!(mode(&tree.join("redlock")), 0o755);
+        assert_eq!(dist::elf_arch(&tree.join("redlock")), arch_of(target));
+        if arch_of(target) != std::env::consts::ARCH && dist::qemu_aarch64_or_skip().is_none() {
+            continue;
+        }
+        assert_eq!(
+            version_line(&tree.join("redlock")),
+            version_line_for(target)
+        );
     }
-    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
-        assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
-    }
-    assert_eq!(mode(&tree.join("redlock")), 0o755);
-    assert_eq!(version_line(&tree.join("redlock")), line);
 }
 
-/// The Debian package, installed with `dpkg --root` into a temporary root (the machine's own
-/// package database is never touched): its control fields, every file where Debian wants it,
-/// `man redlock` reading the gzipped pages, the completion scripts loading, and after
-/// `dpkg -r` nothing left but the temporary root's own dpkg database.
+/// The Debian package of each architecture, installed with `dpkg --root` into a temporary
+/// root (the machine's own package database is never touched): its control fields, every
+/// file where Debian wants it (the same paths and modes in the amd64 and the arm64 package),
+/// the binary running (arm64's under qemu-user), `man redlock` reading the gzipped pages, the
+/// completion scripts loading, and after `dpkg -r` nothing left but the temporary root's own
+/// dpkg database.
 #[test]
 fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     if let Some(why) = cannot_run_as_root(&["dpkg", "dpkg-deb", "man"]) {
@@ -283,42 +299,12 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
         return;
     }
     let dir = TempDir::new("deb");
-    let out = package(dir.path(), &["deb"]);
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => panic!("no Debian architecture for {other}"),
-    };
-    let deb = out.join(format!("redlock_{VERSION}-1_{arch}.deb"));
-    assert_eq!(
-        names(&out),
-        BTreeSet::from([
-            "SHA256SUMS".to_owned(),
-            deb.file_name().unwrap().to_string_lossy().into_owned()
-        ])
-    );
+    let (out, targets) = release_files(dir.path(), &["deb"]);
     check(
         Command::new("sha256sum")
             .args(["--check", "SHA256SUMS"])
             .current_dir(&out),
     );
-    let field = |name: &str| check(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name));
-    assert_eq!(field("Package").trim(), "redlock");
-    assert_eq!(field("Version").trim(), format!("{VERSION}-1"));
-    assert_eq!(field("Architecture").trim(), arch);
-    // The static binary needs no library.
-    assert_eq!(field("Depends").trim(), "");
-
-    // Every file the package holds, with its mode and owner.
-    let contents = check(Command::new("dpkg-deb").arg("--contents").arg(&deb));
-    let mut files = BTreeSet::new();
-    for line in contents.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields[1], "root/root", "{line}");
-        if !fields[0].starts_with('d') {
-            files.insert((fields[5].trim_start_matches("./").to_owned(), fields[0]));
-        }
-    }
     let root = Path::new(ROOT);
     let mut expected = BTreeSet::from([("usr/bin/redlock".to_owned(), "-rwxr-xr-x")]);
     for page in names(&root.join("man")) {
@@ -327,16 +313,53 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     for (_, installed) in DEB_COMPLETIONS {
         expected.insert(((*installed).to_owned(), "-rw-r--r--"));
     }
-    for doc in ["copyright", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+    for doc in [
+        "copyright",
+        "changelog.Debian.gz",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ] {
         expected.insert((format!("usr/share/doc/redlock/{doc}"), "-rw-r--r--"));
     }
     for doc in names(&root.join("docs")) {
         expected.insert((format!("usr/share/doc/redlock/docs/{doc}"), "-rw-r--r--"));
     }
-    assert_eq!(files, expected);
+    expected.insert((
+        "usr/share/lintian/overrides/redlock".to_owned(),
+        "-rw-r--r--",
+    ));
+    for target in &targets {
+        let arch = debian_arch(target);
+        let deb = out.join(format!("redlock_{VERSION}-1_{arch}.deb"));
+        let field = |name: &str| check(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(name));
+        assert_eq!(field("Package").trim(), "redlock");
+        assert_eq!(field("Version").trim(), format!("{VERSION}-1"));
+        assert_eq!(field("Architecture").trim(), arch);
+        // The static binary needs no library.
+        assert_eq!(field("Depends").trim(), "");
 
-    // Installed into a root of its own, with its own empty package database.
-    let system = dir.path().join("root");
+        // Every file the package holds, with its mode and owner.
+        let contents = check(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+        let mut files = BTreeSet::new();
+        for line in contents.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(fields[1], "root/root", "{line}");
+            if !fields[0].starts_with('d') {
+                files.insert((fields[5].trim_start_matches("./").to_owned(), fields[0]));
+            }
+        }
+        assert_eq!(files, expected, "{}", deb.display());
+        deb_installs_and_removes(&dir.path().join(arch), &deb, target);
+    }
+}
+
+/// `deb` (for `target`) installed into a root of its own, with its own empty package
+/// database, which knows the package's architecture; what it installed works; `dpkg -r`
+/// leaves nothing.
+fn deb_installs_and_removes(dir: &Path, deb: &Path, target: &str) {
+    let root = Path::new(ROOT);
+    let system = dir.join("root");
     let admin = system.join("var/lib/dpkg");
     for sub in ["info", "updates"] {
         std::fs::create_dir_all(admin.join(sub)).unwrap();
@@ -350,13 +373,18 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
                 .args(args),
         )
     };
+    let arch = debian_arch(target);
+    if dpkg(&["--print-architecture"]).trim() != arch {
+        dpkg(&["--add-architecture", arch]);
+    }
     dpkg(&["-i", deb.to_str().unwrap()]);
     assert!(dpkg(&["-s", "redlock"]).contains("Status: install ok installed"));
     let usr = system.join("usr");
-    assert_eq!(
-        version_line(&usr.join("bin/redlock")),
-        version_line(Path::new(REDLOCK))
-    );
+    let binary = usr.join("bin/redlock");
+    assert_eq!(dist::elf_arch(&binary), arch_of(target));
+    if arch_of(target) == std::env::consts::ARCH || dist::qemu_aarch64_or_skip().is_some() {
+        assert_eq!(version_line(&binary), version_line_for(target));
+    }
     for (file, installed) in DEB_COMPLETIONS {
         assert_eq!(
             read(&system.join(installed)),
@@ -386,13 +414,16 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     );
     assert!(overview.contains("EXIT STATUS"), "{overview}");
 
-    let share = usr.join("share");
-    completions_load(
-        &usr.join("bin"),
-        &share,
-        Some(&share.join("zsh/vendor-completions")),
-        &dir.path().join("shell-home"),
-    );
+    // The scripts load for the native build (an emulated one runs the same scripts).
+    if arch_of(target) == std::env::consts::ARCH {
+        let share = usr.join("share");
+        completions_load(
+            &usr.join("bin"),
+            &share,
+            Some(&share.join("zsh/vendor-completions")),
+            &dir.join("shell-home"),
+        );
+    }
 
     dpkg(&["-r", "redlock"]);
     let status = Command::new("dpkg")
@@ -442,13 +473,13 @@ fn readme_install_commands_work_for_a_user_with_sudo() {
         return;
     }
     let dir = TempDir::new("sudo-install");
-    let out = package(dir.path(), &["tarball"]);
+    let (out, _) = release_files(dir.path(), &["tarball"]);
     let user = SudoUser::create();
-    for file in names(&out) {
-        user.give(&out.join(&file), &file);
+    for name in ["SHA256SUMS".to_owned(), file.clone()] {
+        user.give(&out.join(&name), &name);
     }
     let server = RedisServer::start();
-    let version = version_line(Path::new(REDLOCK));
+    let version = version_line_for(dist::X86_64);
 
     // Each block installs into a prefix of its own, which the user cannot write but by sudo.
     let prefix = |name: &str| {
@@ -487,6 +518,40 @@ fn readme_install_commands_work_for_a_user_with_sudo() {
     ));
     assert!(said.contains(&version), "{said}");
     installed_by_root(Path::new(&tarball_prefix), &version, Installed::Everything);
+
+    // On arm64 the same commands with `aarch64` for `x86_64`, from the aarch64 tarball; its
+    // `redlock --version` runs under qemu-user here.
+    let arm64 = if dist::release_dir().is_some() {
+        dist::qemu_aarch64_or_skip()
+    } else {
+        None
+    };
+    if let Some(qemu) = arm64 {
+        let arm64_file = file.replace(dist::X86_64, dist::AARCH64);
+        user.give(&out.join(&arm64_file), &arm64_file);
+        let arm64_prefix = prefix("tarball-arm64");
+        let block = readme_block(&readme, "**From the release tarball**")
+            .replace(dist::X86_64, dist::AARCH64)
+            .replace("/usr/local", &format!("{arm64_prefix}/usr/local"));
+        let block = block.replace(
+            "\nredlock --version\n",
+            &format!(
+                "\n{} {arm64_prefix}/usr/local/bin/redlock --version\n",
+                qemu.display()
+            ),
+        );
+        let said = user.run(&block);
+        assert!(said.contains(&format!("{arm64_file}: OK\n")), "{said}");
+        assert!(
+            said.ends_with(&format!("{}\n", version_line_for(dist::AARCH64))),
+            "{said}"
+        );
+        installed_by_root(
+            Path::new(&arm64_prefix),
+            &version_line_for(dist::AARCH64),
+            Installed::Everything,
+        );
+    }
 
     // rustup's ~/.cargo/env puts ~/.cargo/bin on PATH; cargo's lines are the build itself.
     user.give(Path::new(REDLOCK), ".cargo/bin/redlock");
@@ -717,6 +782,44 @@ fn cannot_run_as_root(tools: &[&str]) -> Option<String> {
         .map(|tool| format!("{tool} is not installed"))
 }
 
+/// The release files to test, and the targets they are for: those in `REDLOCK_DIST`, which
+/// dist/package made for every release target (.ci/run), or else the binary under test
+/// packaged here into `dir`/out (one target: the x86_64 one).
+fn release_files(dir: &Path, what: &[&str]) -> (PathBuf, Vec<String>) {
+    if let Some(release) = dist::release_dir() {
+        return (release, dist::RELEASE_TARGETS.map(str::to_owned).to_vec());
+    }
+    let target = version_line(Path::new(REDLOCK))
+        .rsplit_once(' ')
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .to_owned();
+    (package(dir, what), vec![target])
+}
+
+/// The architecture of a target, in Rust's words.
+fn arch_of(target: &str) -> &str {
+    target.split('-').next().unwrap()
+}
+
+/// The Debian architecture of a release target.
+fn debian_arch(target: &str) -> &'static str {
+    match arch_of(target) {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no Debian architecture for {other}"),
+    }
+}
+
+/// What `--version` says for a build of this checkout for `target`: the binary under test's
+/// line, with the target changed.
+fn version_line_for(target: &str) -> String {
+    let line = version_line(Path::new(REDLOCK));
+    let (head, _) = line.rsplit_once(' ').unwrap();
+    format!("{head} {target})")
+}
+
 /// Runs dist/package on the binary under test into `dir`/out; the output directory.
 fn package(dir: &Path, what: &[&str]) -> PathBuf {
     let out = dir.join("out");
@@ -731,9 +834,9 @@ fn package(dir: &Path, what: &[&str]) -> PathBuf {
     out
 }
 
-/// `binary --version`, trimmed.
+/// `binary --version`, trimmed (an aarch64 binary run under qemu-user).
 fn version_line(binary: &Path) -> String {
-    check(Command::new(binary).arg("--version"))
+    check(dist::runner(binary).arg("--version"))
         .trim()
         .to_owned()
 }
@@ -826,4 +929,395 @@ fn readme_block(readme: &str, lead: &str) -> String {
     let start = block.find("```sh\n").unwrap() + "```sh\n".len();
     let end = start + block[start..].find("```").unwrap();
     block[start..end].to_owned()
+}
+
+/// Every kind of release file for both architectures, in REDLOCK_DIST (what the release
+/// workflow uploads): a .deb, a tarball and an image each, and SHA256SUMS listing exactly
+/// those six, each of which it verifies.
+#[test]
+fn release_files_are_every_kind_for_both_architectures() {
+    let Some(release) = dist::release_dir_or_skip() else {
+        return;
+    };
+    let mut expected = BTreeSet::new();
+    for target in dist::RELEASE_TARGETS {
+        expected.insert(format!("redlock_{VERSION}-1_{}.deb", debian_arch(target)));
+        expected.insert(format!("redlock-{VERSION}-{target}.tar.gz"));
+        expected.insert(format!("redlock-{VERSION}-{target}-image.tar"));
+    }
+    let listed: BTreeSet<String> = read(&release.join("SHA256SUMS"))
+        .lines()
+        .map(|line| line.split_once("  ").unwrap().1.to_owned())
+        .collect();
+    assert_eq!(listed, expected);
+    expected.insert("SHA256SUMS".to_owned());
+    assert_eq!(names(&release), expected);
+    let verified = check(
+        Command::new("sha256sum")
+            .args(["--check", "SHA256SUMS"])
+            .current_dir(&release),
+    );
+    assert_eq!(
+        verified
+            .lines()
+            .filter(|line| line.ends_with(": OK"))
+            .count(),
+        6,
+        "{verified}"
+    );
+}
+
+/// The .deb's maintainer is the one Cargo.toml names, a name and a mail address; its Debian
+/// changelog is dist/changelog.Debian, whose latest entry is the version packaged, signed by
+/// that maintainer with a date; and lintian (where installed) reports no error in either
+/// architecture's package.
+#[test]
+fn deb_maintainer_changelog_and_lintian() {
+    let dir = TempDir::new("deb-fields");
+    let (out, targets) = release_files(dir.path(), &["deb"]);
+    let manifest = read(&Path::new(ROOT).join("Cargo.toml"));
+    let maintainer = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("maintainer = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("Cargo.toml names the .deb's maintainer");
+    let (name, address) = maintainer
+        .strip_suffix('>')
+        .and_then(|rest| rest.split_once(" <"))
+        .unwrap_or_else(|| panic!("maintainer {maintainer:?} is not 'Name <address>'"));
+    assert!(!name.trim().is_empty(), "{maintainer}");
+    let (user, host) = address.split_once('@').expect("a mail address");
+    assert!(!user.is_empty() && host.contains('.'), "{maintainer}");
+
+    let committed = read(&Path::new(ROOT).join("dist/changelog.Debian"));
+    assert!(
+        committed.starts_with(&format!("redlock ({VERSION}-1) ")),
+        "dist/changelog.Debian's latest entry is not {VERSION}-1:\n{committed}"
+    );
+    let trailer = committed
+        .lines()
+        .find(|line| line.starts_with(" -- "))
+        .expect("the entry's trailer");
+    let (signed, date) = trailer[4..].split_once("  ").expect("' -- NAME  DATE'");
+    assert_eq!(signed, maintainer);
+    check(Command::new("date").args(["-R", "-d", date]));
+
+    let mut debs = Vec::new();
+    for target in &targets {
+        let deb = out.join(format!("redlock_{VERSION}-1_{}.deb", debian_arch(target)));
+        let field = check(
+            Command::new("dpkg-deb")
+                .arg("--field")
+                .arg(&deb)
+                .arg("Maintainer"),
+        );
+        assert_eq!(field.trim(), maintainer);
+        let changelog = check(Command::new("sh").arg("-c").arg(format!(
+            "dpkg-deb --fsys-tarfile '{}' | tar -xO ./usr/share/doc/redlock/changelog.Debian.gz | gzip -dc",
+            deb.display()
+        )));
+        assert_eq!(changelog, committed);
+        debs.push(deb);
+    }
+    if !which("lintian") {
+        dist::missing("lintian is not installed");
+        return;
+    }
+    let out = Command::new("timeout")
+        .args(["300", "lintian", "--fail-on", "error"])
+        .args(&debs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lintian: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `dist/package --check-tag TAG`, the release workflow's first step: quiet for v + the
+/// version in Cargo.toml, a one-line error for any other tag.
+#[test]
+fn dist_package_checks_the_release_tag() {
+    let script = Path::new(ROOT).join("dist/package");
+    assert_eq!(
+        check(Command::new(&script).args(["--check-tag", &format!("v{VERSION}")])),
+        ""
+    );
+    for wrong in ["v0.0.0-not-this", VERSION] {
+        let out = Command::new(&script)
+            .args(["--check-tag", wrong])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{wrong}: {out:?}");
+        assert_eq!(
+            stderr,
+            format!(
+                "dist/package: tag {wrong}: Cargo.toml says version {VERSION}: the release of it is tagged v{VERSION}\n"
+            )
+        );
+    }
+}
+
+/// .github/workflows/release.yml parses, runs on a pushed tag, and does nothing but what CI
+/// here runs: check the tag with dist/package, run .ci/run (whose dist/package writes the
+/// release files to target/dist and whose tests check them), and upload target/dist/*. Every
+/// repository path in a step exists, and the scripts it runs are executable.
+#[test]
+fn release_workflow_runs_what_ci_runs() {
+    let root = Path::new(ROOT);
+    let workflow = yaml_file(&root.join(".github/workflows/release.yml"));
+    // YAML 1.1 (PyYAML) reads the key `on` as true; GitHub reads it as "on".
+    let on = workflow
+        .get("on")
+        .or_else(|| workflow.get("true"))
+        .expect("the workflow's `on`");
+    assert_eq!(on["push"]["tags"], serde_json::json!(["v*"]));
+    let jobs = workflow["jobs"].as_object().unwrap();
+    assert_eq!(jobs.len(), 1, "one job");
+    let steps = jobs.values().next().unwrap()["steps"].as_array().unwrap();
+    let mut runs = Vec::new();
+    for step in steps {
+        if let Some(action) = step.get("uses") {
+            assert_eq!(
+                action, "actions/checkout@v4",
+                "only the checkout is an action"
+            );
+        } else {
+            runs.push(
+                step["run"]
+                    .as_str()
+                    .expect("a step runs a script")
+                    .to_owned(),
+            );
+        }
+    }
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs[0], "dist/package --check-tag \"$GITHUB_REF_NAME\"");
+    assert!(
+        runs[1].ends_with(" bash .ci/run"),
+        "the second step runs .ci/run: {}",
+        runs[1]
+    );
+    assert!(
+        runs[2].contains(" target/dist/*\n") && runs[2].contains("gh release upload "),
+        "the last step uploads target/dist: {}",
+        runs[2]
+    );
+    let ci = read(&root.join(".ci/run"));
+    assert!(
+        ci.lines()
+            .any(|line| line == "dist/package --out target/dist"),
+        ".ci/run no longer makes the release files in target/dist"
+    );
+    for run in &runs {
+        for word in run.split(|c: char| c.is_whitespace() || c == '"') {
+            if ["dist/", ".ci/", "tests/", ".github/"]
+                .iter()
+                .any(|dir| word.starts_with(dir))
+            {
+                let path = root.join(word);
+                assert!(
+                    path.is_file(),
+                    "the workflow names {word}, which does not exist"
+                );
+                assert!(mode(&path) & 0o111 != 0 || run.contains(&format!("bash {word}")));
+            }
+        }
+    }
+}
+
+/// The crate as `cargo package` makes it: what the build reads (build.rs, src/, lua/, the man
+/// pages `redlock man` carries), the manifest and lock file, the README and the licences; no
+/// tests, test servers, benchmarks, docs, release scripts or caches.
+#[test]
+fn crate_holds_what_the_build_needs() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let listed = check(
+        Command::new(cargo)
+            .args(["package", "--list", "--locked", "--allow-dirty", "--quiet"])
+            .current_dir(ROOT),
+    );
+    let listed: BTreeSet<String> = listed
+        .lines()
+        .filter(|line| *line != ".cargo_vcs_info.json")
+        .map(str::to_owned)
+        .collect();
+    let root = Path::new(ROOT);
+    let mut expected: BTreeSet<String> = [
+        "build.rs",
+        "Cargo.toml",
+        "Cargo.toml.orig",
+        "Cargo.lock",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ]
+    .map(str::to_owned)
+    .into();
+    for dir in ["src", "lua", "man"] {
+        for path in walk(&root.join(dir)) {
+            if root.join(dir).join(&path).is_file() {
+                expected.insert(format!("{dir}/{}", path.display()));
+            }
+        }
+    }
+    assert_eq!(listed, expected);
+}
+
+/// The binary `cargo install` built from the packaged crate, unpacked (.ci/run installs it,
+/// as `cargo install redlock-cli` would, and names it in REDLOCK_CRATE_BINARY): it knows no
+/// commit (a crate is no checkout), and the README's second command from a clone takes a
+/// lock with it.
+#[test]
+fn crate_installed_from_the_package_runs() {
+    let readme = read(&Path::new(ROOT).join("README.md"));
+    let block = readme_block(&readme, "**From a clone**");
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(lines.len(), 2, "two commands from a clone:\n{block}");
+    assert!(
+        lines[0].starts_with("cargo install --locked --path . "),
+        "{block}"
+    );
+    let Some(binary) = std::env::var_os("REDLOCK_CRATE_BINARY") else {
+        dist::missing("REDLOCK_CRATE_BINARY is unset (.ci/run installs the packaged crate)");
+        return;
+    };
+    let binary = PathBuf::from(binary);
+    let line = version_line(&binary);
+    let target = line.rsplit_once(' ').unwrap().1.trim_end_matches(')');
+    assert_eq!(line, format!("redlock {VERSION} (unknown commit {target})"));
+    let dir = TempDir::new("crate-install");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(&binary, bin.join("redlock")).unwrap();
+    let server = RedisServer::start();
+    let command = lines[1].replace("redis://redis.internal:6379", &server.url());
+    let said = check(
+        Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
+    );
+    assert_eq!(said, "I hold the lock\n", "{command}");
+}
+
+/// A YAML file as JSON, through python3's PyYAML.
+fn yaml_file(path: &Path) -> serde_json::Value {
+    let program =
+        "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout)";
+    let out = check(Command::new("python3").args(["-c", program]).arg(path));
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The container images (dist/image/): FROM scratch, holding the binary, passwd and group
+/// naming its user, and the CA bundle, nothing else; run as that user (uid 65532, not root),
+/// with redlock as the container's first process, the one Kubernetes signals. The amd64
+/// image runs here with podman (where containers run at all); the arm64 one is for arm64 and
+/// holds the arm64 tarball's binary.
+#[test]
+fn image_holds_the_binary_and_runs_it_as_a_user() {
+    let dir = TempDir::new("image");
+    let (out, targets) = release_files(dir.path(), &["image"]);
+    let Some(podman) = crate::util::podman::Podman::start() else {
+        return;
+    };
+    let server = RedisServer::start();
+    for target in &targets {
+        let arch = debian_arch(target);
+        let image = podman.load(&out.join(format!("redlock-{VERSION}-{target}-image.tar")));
+        assert_eq!(image, format!("localhost/redlock:{VERSION}-{arch}"));
+        assert_eq!(
+            podman.inspect(
+                &image,
+                "{{.Os}} {{.Architecture}} {{.Config.User}} {{json .Config.Entrypoint}}"
+            ),
+            format!("linux {arch} 65532:65532 [\"/usr/local/bin/redlock\"]")
+        );
+        // Every file in it, from a container made (not started) of it.
+        let made = check(podman.command().args(["create", &image]));
+        let container = made.trim();
+        let export = dir.path().join(format!("{arch}.tar"));
+        check(
+            podman
+                .command()
+                .args(["export", "--output"])
+                .arg(&export)
+                .arg(container),
+        );
+        let binary = dir.path().join(format!("{arch}-redlock"));
+        check(
+            podman
+                .command()
+                .arg("cp")
+                .arg(format!("{container}:/usr/local/bin/redlock"))
+                .arg(&binary),
+        );
+        check(podman.command().args(["rm", container]));
+        let files: BTreeSet<String> = check(Command::new("tar").arg("-tf").arg(&export))
+            .lines()
+            .filter(|entry| !entry.ends_with('/'))
+            .map(|entry| entry.trim_start_matches("./").to_owned())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "etc/group",
+                "etc/passwd",
+                "etc/ssl/certs/ca-certificates.crt",
+                "usr/local/bin/redlock"
+            ]
+            .map(str::to_owned)
+            .into()
+        );
+        assert_eq!(dist::elf_arch(&binary), arch_of(target));
+        if dist::release_dir().is_some() {
+            let unpacked = dir.path().join(format!("{arch}-tarball"));
+            std::fs::create_dir_all(&unpacked).unwrap();
+            let tarball_binary = dist::tarball_binary(&out, target, &unpacked);
+            assert!(
+                std::fs::read(&binary).unwrap() == std::fs::read(&tarball_binary).unwrap(),
+                "the {arch} image's binary is not the {arch} tarball's"
+            );
+        }
+        if arch_of(target) != std::env::consts::ARCH {
+            continue;
+        }
+        let version = podman.run(&image, &[], &["--version"]);
+        assert!(
+            version.status.success(),
+            "{}",
+            crate::util::podman::show(&version)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout).trim(),
+            version_line_for(target)
+        );
+        let held = podman.run(
+            &image,
+            &[("REDLOCK_URL", &server.url())],
+            &[
+                "run",
+                "--key",
+                "image",
+                "--",
+                "/usr/local/bin/redlock",
+                "inspect",
+                "--key",
+                "image",
+                "--json",
+            ],
+        );
+        assert!(
+            held.status.success(),
+            "{}",
+            crate::util::podman::show(&held)
+        );
+        let view: serde_json::Value = serde_json::from_slice(&held.stdout).unwrap();
+        assert_eq!(view["holders"][0]["user"], "redlock", "{view}");
+        assert_eq!(view["holders"][0]["pid"], 1, "{view}");
+    }
 }

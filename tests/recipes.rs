@@ -2,10 +2,12 @@
 //! the tests here run each one against a private redis-server: shell lines and crontab entries
 //! through `sh`, systemd units through `systemd-analyze verify` and their `ExecStart=`, and the
 //! commands in the YAML (GitHub Actions, GitLab CI, Kubernetes CronJobs, an Ansible playbook,
-//! parsed with python3's PyYAML) as the scheduler would run them; metrics written for
-//! node_exporter are checked with promtool. Only redlock's path, the
-//! Redis URL and password, and the jobs are swapped for stand-ins; every swap must find its
-//! text, so a recipe that changes shape fails here instead of going untested.
+//! parsed with python3's PyYAML) as the scheduler would run them, the Kubernetes ones in their
+//! container images with podman too (redlock's image, the report's built from the recipe's
+//! Containerfile); metrics written for node_exporter are checked with promtool. Only redlock's
+//! path, the Redis URL and password, the registry, and the jobs are swapped for stand-ins;
+//! every swap must find its text, so a recipe that changes shape fails here instead of going
+//! untested.
 //!
 //! `every_recipe_block_is_tested` ties the two together: the blocks in the file and the names
 //! this file asks for must be the same, so a new block without a test fails.
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::util::podman::{Podman, REPORT_BASE};
 use crate::util::{REDLOCK, RedisServer, TempDir, send_signal, wait_until};
 
 /// The test servers require this password, so that the recipes' password handling runs too.
@@ -152,7 +155,7 @@ fn every_recipe_block_is_tested() {
     );
     for block in &blocks {
         assert!(
-            ["sh", "crontab", "ini", "yaml"].contains(&block.info.as_str()),
+            ["sh", "crontab", "ini", "yaml", "dockerfile"].contains(&block.info.as_str()),
             "{}: unexpected block type {:?}",
             block.name,
             block.info
@@ -1313,6 +1316,184 @@ fn k8s_pod_deletion_and_node_loss() {
         left > 0 && left <= ttl.as_millis() as i64,
         "the lease left ({left} ms) should be at most --ttl"
     );
+}
+
+/// The Kubernetes recipes in containers. redlock's image, loaded and pushed as the recipe says
+/// (to an archive here, not a registry); the report's image built from the recipe's
+/// Containerfile, on a stand-in of the report's own image (tests/util/podman.rs); the
+/// CronJob's container run in it with podman as Kubernetes would (its command replacing the
+/// entrypoint, its env): twice at once, as in two clusters, one report runs and the other
+/// container ends 0 saying who held the lock; once more, deleted (SIGTERM to the container),
+/// the signal reaches the report through redlock, the container's first process, and the
+/// container ends 0. The check's container runs in redlock's own image: 83 before any report,
+/// 0 after one.
+#[test]
+fn k8s_recipes_run_in_their_images() {
+    let dir = TempDir::new("recipe-k8s-images");
+    let Some(archive) = crate::util::dist::image_archive(dir.path()) else {
+        return;
+    };
+    let Some(podman) = Podman::start() else {
+        return;
+    };
+    let server = start_server();
+
+    // redlock's image: the recipe's two commands, podman's storage the test's.
+    let push = snippet("k8s-image-push").body;
+    let file = archive.file_name().unwrap().to_str().unwrap();
+    let pushed = dir.path().join("pushed.tar");
+    let push = swap(&push, file, archive.to_str().unwrap());
+    let push = swap(
+        &push,
+        "registry.example.com/redlock:0.1.0",
+        &format!("oci-archive:{}", pushed.display()),
+    );
+    let mut redlock_image = String::new();
+    for line in push.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[0], "podman", "{line}");
+        let mut command = podman.command();
+        command.args(&words[1..]);
+        let out = run_within(command, line, Duration::from_secs(120));
+        assert_code(&out, 0, line);
+        if let Some(loaded) = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|said| said.strip_prefix("Loaded image: "))
+        {
+            redlock_image = loaded.trim().to_owned();
+        }
+    }
+    assert_eq!(
+        redlock_image,
+        format!("localhost/redlock:{}-amd64", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(
+        push.contains(&format!("podman push {redlock_image} ")),
+        "{push}"
+    );
+    assert!(pushed.is_file(), "podman push wrote nothing");
+
+    // The report's image, from the recipe's Containerfile.
+    let containerfile = snippet("k8s-report-image").body;
+    let containerfile = swap(
+        &containerfile,
+        "registry.example.com/report-base:1.4",
+        REPORT_BASE,
+    );
+    let containerfile = swap(
+        &containerfile,
+        "registry.example.com/redlock:0.1.0",
+        &redlock_image,
+    );
+    let context = dir.path().join("report-image");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::write(context.join("Containerfile"), containerfile).unwrap();
+    let report_image = "localhost/report:test";
+    podman.build(&context, report_image);
+
+    let cronjob = yaml(&snippet("k8s-cronjob").body);
+    let container = &cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example.com/report:1.4");
+    let argv = strings(&container["command"]);
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|variable| {
+            let name = variable["name"].as_str().unwrap().to_owned();
+            match variable["value"].as_str() {
+                Some(value) => {
+                    assert!(value.starts_with("rediss://"), "{name}: {value}");
+                    (name, server.url())
+                }
+                None => (name, PASSWORD.to_owned()),
+            }
+        })
+        .collect();
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let pod = |name: &str| {
+        let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+        Started::new(
+            podman.container(report_image, Some(name), Some(&argv[0]), &env, &args),
+            name,
+        )
+    };
+    let (started, go) = (podman.shared.join("started"), podman.shared.join("go"));
+
+    let mut pods = [pod("cluster-a"), pod("cluster-b")];
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "no report started"
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || pods
+            .iter_mut()
+            .any(|pod| !pod.running())),
+        "the second cluster's container did not end while the first held the lock"
+    );
+    std::fs::write(&go, "").unwrap();
+    let outs = pods.map(|pod| pod.finish(Duration::from_secs(30)));
+    for out in &outs {
+        assert_code(out, 0, "a cluster's container");
+    }
+    let ran = outs
+        .iter()
+        .filter(|out| String::from_utf8_lossy(&out.stdout).contains("report ran"))
+        .count();
+    assert_eq!(ran, 1, "{}\n{}", show(&outs[0]), show(&outs[1]));
+    let busy = outs
+        .iter()
+        .filter(|out| String::from_utf8_lossy(&out.stderr).contains("is busy: held by"))
+        .count();
+    assert_eq!(busy, 1, "{}\n{}", show(&outs[0]), show(&outs[1]));
+
+    // Deleted: the container gets SIGTERM, as its first process, redlock; the report gets it.
+    server.cmd::<String>(&["FLUSHALL"]);
+    std::fs::remove_file(&started).unwrap();
+    std::fs::remove_file(&go).unwrap();
+    let deleted = pod("pod-deleted");
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "the report did not start"
+    );
+    let mut kill = podman.command();
+    kill.args(["kill", "--signal", "TERM", "pod-deleted"]);
+    let kill = run_within(kill, "podman kill", Duration::from_secs(30));
+    assert_code(&kill, 0, "podman kill");
+    let out = deleted.finish(Duration::from_secs(30));
+    assert_code(&out, 0, "the deleted pod");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("report got TERM"),
+        "{}",
+        show(&out)
+    );
+
+    // The check, in redlock's own image.
+    server.cmd::<String>(&["FLUSHALL"]);
+    let check = yaml(&snippet("k8s-check").body);
+    let container = &check["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example.com/redlock:0.1.0");
+    let argv = strings(&container["command"]);
+    let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+    let check_pod = || {
+        run_within(
+            podman.container(&redlock_image, None, Some(&argv[0]), &env, &args),
+            "the check's container",
+            Duration::from_secs(60),
+        )
+    };
+    assert_code(&check_pod(), 83, "the check before any report");
+    server
+        .redlock(&["run", "--key", "nightly-report", "--", "true"])
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .run()
+        .code(0);
+    let ok = check_pod();
+    assert_code(&ok, 0, "the check after the report");
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("nightly-report: OK: last success "));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod cluster;
+pub mod dist;
 pub mod pki;
+pub mod podman;
 pub mod releases;
 pub mod sentinel;
 
@@ -462,6 +464,24 @@ impl Redlock {
             }
         }
         self.command = command;
+        self
+    }
+
+    /// The same command line, run by a build of redlock for another architecture (`binary`)
+    /// under `emulator` (qemu-user), which runs it in its own process: the pid is redlock's.
+    pub fn emulated(mut self, emulator: &Path, binary: &Path) -> Self {
+        let mut command = Command::new(emulator);
+        command
+            .arg(binary)
+            .args(self.command.get_args())
+            .env_clear();
+        for (name, value) in self.command.get_envs() {
+            if let Some(value) = value {
+                command.env(name, value);
+            }
+        }
+        self.command = command;
+        self.argv.insert(0, format!("({})", emulator.display()));
         self
     }
 
