@@ -477,16 +477,104 @@ fn the_lock_name_may_come_first_and_flocks_options_work() {
         .run()
         .code(75)
         .stderr_contains("still busy after waiting 300ms");
-    // After the name the command starts: an option there would be run as one.
+    // Between the name and `--`, options are options.
     server
-        .redlock(&["run", "files", "--ttl", "5s", "--", "true"])
+        .redlock(&["run", "files", "-w", "0.3", "--ttl", "5s", "--", "true"])
         .run()
-        .code(64)
-        .one_line_error("lock 'files': --ttl comes after the lock's name");
+        .code(75)
+        .stderr_contains("still busy after waiting 300ms");
     server
         .redlock(&["acquire", "-s", "-x", "files", "--ttl", "5s"])
         .run()
         .code(64);
+}
+
+/// After `--` comes the command, never the lock's name: a forgotten `--key` is refused with
+/// exit 64 and nothing taken, instead of locking the command's first word and running the rest
+/// (`run -- env echo hello` locked `env` and ran `echo hello`). Options between the name and
+/// `--` are options, as before the name, in every command; flock's form without `--` stays.
+#[test]
+fn a_lock_name_is_never_taken_from_after_the_dashes() {
+    let server = RedisServer::start();
+    for args in [
+        &["run", "--ttl", "10m", "--", "env", "echo", "hello"][..],
+        &["run", "--", "./deploy.sh", "prod"],
+        &["run", "--ttl", "5s", "--", "sh", "-c", "echo hello"],
+        &["run", "-c", "echo hello", "--", "job"],
+    ] {
+        let out = server.redlock(args).run();
+        out.code(64).one_line_error("no lock name");
+        assert!(!out.stdout.contains("hello"), "{}", out.stdout);
+    }
+    let token = "0123456789abcdef0123456789abcdef";
+    for args in [
+        &["acquire", "--ttl", "10s", "--", "job"][..],
+        &["inspect", "--", "job"],
+        &["history", "--", "job"],
+        &["release", "--force", "--", "job"],
+        &["release", "--token", token, "--", "job"],
+        &["extend", "--ttl", "5s", "--token", token, "--", "job"],
+        &["check", "--succeeded-within", "1h", "--", "job"],
+        &["inspect", "--key", "job", "--", "job"],
+    ] {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("'job' after '--'");
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+
+    // Options between the name and `--`: the same as before it.
+    server
+        .redlock(&[
+            "run",
+            "job",
+            "--ttl",
+            "30s",
+            "--note",
+            "between",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_KEY $REDLOCK_TTL_MS\"",
+        ])
+        .run()
+        .code(0)
+        .stdout_contains("job 30000");
+    server
+        .redlock(&["history", "job", "--json"])
+        .run()
+        .code(0)
+        .stdout_contains("\"note\": \"between\"");
+    // flock's form: the name, then the command, whose options are its own.
+    server
+        .redlock(&["run", "job", "echo", "--ttl", "x", "--", "y"])
+        .run()
+        .code(0)
+        .stdout_contains("--ttl x -- y");
+    server
+        .redlock(&["run", "--key", "job", "echo", "plain", "--"])
+        .run()
+        .code(0)
+        .stdout_contains("plain --");
+    // A name before `--` with --key must be the same name.
+    server
+        .redlock(&["run", "--key", "job", "echo", "--", "hello"])
+        .run()
+        .code(64)
+        .one_line_error("lock name: given twice, as --key 'job' and as 'echo'");
+    server
+        .redlock(&["run", "--key", "job", "job", "--", "echo", "same"])
+        .run()
+        .code(0)
+        .stdout_contains("same");
+    // An option redlock does not know is not a command.
+    server
+        .redlock(&["run", "job", "--tll", "5s", "--", "true"])
+        .run()
+        .code(64)
+        .one_line_error("--tll");
 }
 
 /// On a terminal, list, inspect and history fit its width, cutting commands and notes with an

@@ -28,7 +28,11 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(args.lock.key.as_deref(), args.name.as_deref())?)?;
+    let name = lock_name(named(
+        args.lock.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     if context.inherited.stdout_closed {
         // The token is the only way to release the lock: nobody could ever read it.
         return Err(fail(

@@ -121,7 +121,11 @@ fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<
 
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
-    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = lock_name(named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let History {
         now,

@@ -203,7 +203,11 @@ pub(super) const HOLDER_HEADER: [&str; 11] = [
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
-    let name = super::lock_name(super::named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = super::lock_name(super::named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let state = match context.store.inspect(&lock, context.log)? {
         View::One(state) => *state,
