@@ -175,7 +175,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-insecure
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
-complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
@@ -193,7 +193,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-insecure
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
-complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
@@ -230,7 +230,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-insecure -d
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l json -d 'Print a JSON array of the objects `inspect --json` prints'
-complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F

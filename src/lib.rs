@@ -141,17 +141,26 @@ fn run_parsed(
 
 /// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    let mut command = Cli::command().version(cli::VERSION);
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
-    if long_help {
-        command = command.after_long_help(cli::after_long_help());
-    }
-    let mut matches = match command.try_get_matches_from_mut(args) {
+    let command = || {
+        let command = Cli::command().version(cli::VERSION);
+        match long_help {
+            true => command.after_long_help(cli::after_long_help()),
+            false => command,
+        }
+    };
+    let mut matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(err) if is_help(&err) => {
             // Help was asked for: only now build every subcommand (they are deferred, see
-            // `cli::Command`), so that the list of commands has their descriptions.
+            // `cli::Command`), so that the list of commands has their descriptions, and
+            // wrap it to the terminal, at most 100 columns (a fresh command: the one parsed
+            // has passed its settings on to its subcommands already).
+            let mut command = command();
+            if let Some(columns) = log::any_terminal_width() {
+                command = command.term_width(columns.min(cli::HELP_WIDTH));
+            }
             command.build();
             return Err(command.try_get_matches_from(args).err().unwrap_or(err));
         }

@@ -577,11 +577,30 @@ fn a_lock_name_is_never_taken_from_after_the_dashes() {
         .one_line_error("--tll");
 }
 
-/// On a terminal, list, inspect and history fit its width, cutting commands and notes with an
-/// ellipsis; `--wide` shows them whole, and so does a pipe, always. An empty list on a
-/// terminal names the server and database it looked in.
+/// Runs `commands` (a shell line) on a pseudo-terminal `columns` wide (script(1); no rows, as
+/// some terminals report), with REDLOCK_URL pointing at `server`; what the terminal showed.
+fn on_a_terminal(server: &RedisServer, columns: u16, commands: &str) -> String {
+    let out = std::process::Command::new("script")
+        .args([
+            "-qfec",
+            &format!("stty cols {columns}; {commands}"),
+            "/dev/null",
+        ])
+        .env("REDLOCK_URL", server.url())
+        .output()
+        .expect("script(1) from util-linux");
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// On a terminal, `list`, `inspect`, `history` and `doctor` fit its width: by default the
+/// columns an operator reads first (the lock, its mode, the holder as host:pid, how long it
+/// has held it, the lease left, the waiters, times relative), the command cut to what is left;
+/// `--wide` shows every column whole; a pipe always gets every column whole. Repro: at 80
+/// columns `inspect` rows were 113-121 characters, `list` rows 150-166 (every one wrapped),
+/// doctor's lines up to 210, and what was cut was the command and the note while the
+/// 16-digit fence and the ISO times stayed.
 #[test]
-fn tables_fit_a_terminal_and_never_cut_a_pipe() {
+fn tables_fit_a_terminal_with_the_columns_read_first_and_never_cut_a_pipe() {
     let server = RedisServer::start();
     let long_command = format!("echo {}", "c".repeat(200));
     let long_note = "n".repeat(150);
@@ -592,43 +611,126 @@ fn tables_fit_a_terminal_and_never_cut_a_pipe() {
         .arg(&long_command)
         .run()
         .code(0);
-    let out = server
+    server
         .redlock(&["acquire", "wide", "--ttl", "30s", "--note", &long_note])
-        .run();
-    out.code(0);
-    let on_a_terminal = |commands: &str| -> String {
-        let out = std::process::Command::new("script")
-            .args(["-qfec", &format!("stty cols 160; {commands}"), "/dev/null"])
-            .env("REDLOCK_URL", server.url())
-            .output()
-            .expect("script(1) from util-linux");
-        String::from_utf8_lossy(&out.stdout).replace('\r', "")
-    };
+        .run()
+        .code(0);
+    let waiter = server
+        .redlock(&["run", "wide", "--wait", "20s", "--", "sh", "-c"])
+        .arg(&long_command)
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        server.cmd::<i64>(&["ZCARD", "redlock:{wide}:queue"]) == 1
+    }));
+    server
+        .redlock(&["run", "--min-hold", "1m", "kept", "--", "true"])
+        .run()
+        .code(0);
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let short_host = host.split('.').next().unwrap().to_owned();
     let redlock = crate::util::REDLOCK;
-    let fitted = on_a_terminal(&format!(
-        "{redlock} list; {redlock} inspect wide; {redlock} history wide"
-    ));
+    let all = format!(
+        "{redlock} list; {redlock} inspect wide; {redlock} history wide; {redlock} inspect kept; {redlock} doctor"
+    );
+
+    let fitted = on_a_terminal(&server, 80, &all);
     for line in fitted.lines() {
         assert!(
-            line.chars().count() <= 160,
+            line.chars().count() <= 80,
             "wider than the terminal: {line}\n{fitted}"
         );
     }
-    assert!(fitted.matches('…').count() >= 6, "{fitted}");
-    assert!(!fitted.contains(&long_note), "{fitted}");
-    let wide = on_a_terminal(&format!(
-        "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
-    ));
+    let header = |table: &str, first: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|line| line.starts_with(first))
+            .unwrap_or_else(|| panic!("no header starting {first}:\n{table}"))
+            .split("  ")
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        header(&fitted, "LOCK"),
+        [
+            "LOCK",
+            "MODE",
+            "HOLDER",
+            "HELD",
+            "LEASE LEFT",
+            "WAITERS",
+            "COMMAND"
+        ]
+    );
+    assert_eq!(
+        header(&fitted, "MODE"),
+        ["MODE", "HOLDER", "HELD", "LEASE LEFT", "COMMAND"]
+    );
+    assert_eq!(
+        header(&fitted, "QUEUE"),
+        ["QUEUE", "MODE", "WAITER", "WAITED", "COMMAND"]
+    );
+    assert_eq!(
+        header(&fitted, "STARTED"),
+        [
+            "STARTED", "DURATION", "OUTCOME", "EXIT", "HOLDER", "COMMAND"
+        ]
+    );
+    assert!(fitted.contains(&format!("{short_host}:")), "{fitted}");
+    assert!(fitted.contains(" ago "), "{fitted}");
+    assert!(fitted.contains("(min hold)"), "{fitted}");
+    assert!(
+        fitted.contains("persistence  no append-only file"),
+        "{fitted}"
+    );
+    for hidden in [
+        "FENCE",
+        "SINCE",
+        "RENEWED",
+        "NOTE",
+        &long_note[..20],
+        "T0",
+        "T1",
+        "T2",
+    ] {
+        assert!(
+            !fitted.contains(hidden),
+            "{hidden} shown on 80 columns:\n{fitted}"
+        );
+    }
+    // doctor's long lines go on under their text, none of it lost.
+    let doctor = server.redlock(&["doctor"]).run();
+    let words = |text: &str| {
+        text.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let fitted_doctor = &fitted[fitted.find("ok       server").unwrap()..];
+    assert_eq!(words(fitted_doctor), words(&doctor.stdout));
+
+    // --wide: every column, whole.
+    let wide = on_a_terminal(
+        &server,
+        80,
+        &format!(
+            "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
+        ),
+    );
+    assert!(wide.contains("FENCE") && wide.contains("SINCE"), "{wide}");
     // list, inspect (its holder and its last run), history (both holds).
     assert_eq!(wide.matches(long_note.as_str()).count(), 5, "{wide}");
+    assert!(wide.contains(&long_command), "{wide}");
+    // A pipe: the same.
     for args in [&["list"][..], &["inspect", "wide"], &["history", "wide"]] {
         server
             .redlock(args)
             .run()
             .code(0)
-            .stdout_contains(&long_note);
+            .stdout_contains(&long_note)
+            .stdout_contains("FENCE");
     }
-    let empty = on_a_terminal(&format!("{redlock} --prefix nothing: list"));
+    let empty = on_a_terminal(&server, 80, &format!("{redlock} --prefix nothing: list"));
     assert!(
         empty.contains(&format!(
             "no locks are held under prefix 'nothing:' on {}, database 0",
@@ -636,6 +738,8 @@ fn tables_fit_a_terminal_and_never_cut_a_pipe() {
         )),
         "{empty}"
     );
+    waiter.signal("TERM");
+    waiter.wait(Duration::from_secs(10)).code(143);
 }
 
 #[test]

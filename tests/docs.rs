@@ -415,6 +415,53 @@ fn help_tables_are_aligned_and_fit_80_columns() {
     }
 }
 
+/// Help is wrapped at the terminal's width, at most 100 columns: on an 80-column terminal no
+/// line is wider (also one that reports no rows, as `script` and some consoles do: `run -h`
+/// was wrapped at 100 there, 37 of its 79 lines wider than 80); on a wider one and in a pipe,
+/// at 100.
+#[test]
+fn help_is_wrapped_at_the_terminals_width() {
+    let widest = |columns: &str, args: &str| -> usize {
+        let out = std::process::Command::new("script")
+            .args([
+                "-qfec",
+                &format!("stty {columns}; {} {args}", crate::util::REDLOCK),
+                "/dev/null",
+            ])
+            .output()
+            .expect("script(1) from util-linux");
+        assert!(
+            out.status.code() == Some(if args.is_empty() { 64 } else { 0 }),
+            "{args}: {out:?}"
+        );
+        let shown = String::from_utf8_lossy(&out.stdout);
+        // (clap's bold and underline: ESC [ ... m)
+        let mut plain = String::new();
+        let mut chars = shown.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                chars.by_ref().find(|&c| c == 'm');
+            } else if c != '\r' {
+                plain.push(c);
+            }
+        }
+        plain
+            .lines()
+            .map(|line| line.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    for args in ["-h", "run -h", "run --help", "help run", "acquire -h", ""] {
+        assert!(widest("cols 80", args) <= 80, "redlock {args}");
+        assert!(widest("rows 30 cols 80", args) <= 80, "redlock {args}");
+        let wide = widest("rows 30 cols 160", args);
+        assert!(wide > 80 && wide <= 100, "redlock {args}: {wide}");
+    }
+    let piped = crate::util::Redlock::new(&["run", "--help"]).run();
+    let widest_piped = piped.stdout.lines().map(|line| line.chars().count()).max();
+    assert!(widest_piped.is_some_and(|width| width > 80 && width <= 100));
+}
+
 /// The reference's JSON examples (docs/reference.md) have exactly the fields `inspect --json`,
 /// `history --json` and `check --json` print, at every level (holders, waiters, last run, the
 /// holds check names).

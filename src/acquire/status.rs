@@ -53,43 +53,84 @@ impl<'a> Status<'a> {
         }
     }
 
+    /// The line as a log shows it: every figure whole.
     fn line(&self) -> String {
-        let key = printable(self.key);
+        self.pieces().compose(Shown::All)
+    }
+
+    /// The line in at most `width` characters: the lock, the place in the queue and the time
+    /// left stay; the holder's command and note go first, then the time waited, then the
+    /// holder's pid.
+    fn fitted_line(&self, width: usize) -> String {
+        let pieces = self.pieces();
+        let fits = |line: &String| line.chars().count() <= width;
+        let full = pieces.compose(Shown::All);
+        if fits(&full) {
+            return full;
+        }
+        // The command and note, cut to what the rest leaves.
+        let bare = pieces.compose(Shown::Command(0));
+        let room = width.saturating_sub(bare.chars().count() + " ()".len());
+        if let Some(line) = Some(pieces.compose(Shown::Command(room)))
+            .filter(|_| room >= 4)
+            .filter(fits)
+        {
+            return line;
+        }
+        for shown in [
+            Shown::NoCommand,
+            Shown::NoWaited,
+            Shown::HostOnly,
+            Shown::PlaceOnly,
+        ] {
+            let line = pieces.compose(shown);
+            if fits(&line) {
+                return line;
+            }
+        }
+        // Too narrow even so: the end (place and time left) stays, the beginning is cut.
+        let line = pieces.compose(Shown::PlaceOnly);
+        let skip = line.chars().count().saturating_sub(width.saturating_sub(1));
+        format!("…{}", line.chars().skip(skip).collect::<String>())
+    }
+
+    fn pieces(&self) -> Pieces {
         let now = BootInstant::now();
-        let waited = match self.deadline {
-            Some(deadline) => format!(
-                "waited {}, {} left",
-                duration::display(now.since(self.started)),
-                duration::display(deadline.since(now))
-            ),
-            None => format!("waited {}", duration::display(now.since(self.started))),
-        };
-        let Some(place) = &self.place else {
-            return format!("waiting for lock '{key}'; {waited}");
-        };
-        let holder = match &place.holder {
+        let holder = self.place.as_ref().map(|place| match &place.holder {
             Some(holder) => {
                 // As of now: the server's time of the report, plus the time since.
                 let held = Duration::from_millis(place.now.saturating_sub(holder.since))
                     + now.since(place.received);
-                let note = match &holder.who.note {
-                    Some(note) => format!("; {}", shown(note)),
-                    None => String::new(),
-                };
-                format!(
-                    "held by {} pid {} ({}{note}) for {}",
-                    shown(&holder.who.host),
-                    holder.who.pid,
-                    shown(&holder.who.command),
-                    duration::display(held)
-                )
+                let mut command = shown(&holder.who.command);
+                if let Some(note) = &holder.who.note {
+                    command.push_str(&format!("; {}", shown(note)));
+                }
+                Who {
+                    host: shown(&holder.who.host),
+                    pid: holder.who.pid.to_string(),
+                    command: Some(command),
+                    held: duration::display(held),
+                }
             }
-            None => "being handed over".to_owned(),
-        };
-        format!(
-            "waiting for lock '{key}': {holder}; position {} of {}; {waited}",
-            place.position, place.length
-        )
+            None => Who {
+                host: String::new(),
+                pid: String::new(),
+                command: None,
+                held: String::new(),
+            },
+        });
+        Pieces {
+            key: printable(self.key),
+            holder,
+            place: self
+                .place
+                .as_ref()
+                .map(|place| format!("position {} of {}", place.position, place.length)),
+            waited: duration::display(now.since(self.started)),
+            left: self
+                .deadline
+                .map(|deadline| duration::display(deadline.since(now))),
+        }
     }
 
     /// A refresh's news: the same wait, another place in the queue.
@@ -127,14 +168,10 @@ impl<'a> Status<'a> {
 
     fn draw(&mut self) {
         if self.terminal {
-            let line = self.line();
             // One column short: a line as wide as the terminal wraps on some terminals.
             let fitted = match crate::log::terminal_width() {
-                Some(width) if line.chars().count() + "redlock: ".len() >= width => {
-                    let keep = width.saturating_sub("redlock: ".len() + 2);
-                    format!("{}…", line.chars().take(keep).collect::<String>())
-                }
-                _ => line,
+                Some(width) => self.fitted_line(width.saturating_sub("redlock: ".len() + 1)),
+                None => self.line(),
             };
             crate::log::redraw(&fitted);
         } else {
@@ -160,4 +197,85 @@ impl<'a> Status<'a> {
             duration::display(BootInstant::now().since(self.started))
         ));
     }
+}
+
+/// The figures of a status line, as text.
+struct Pieces {
+    key: String,
+    /// `None` before Redis first answered.
+    holder: Option<Who>,
+    place: Option<String>,
+    waited: String,
+    left: Option<String>,
+}
+
+/// The holder, as a status line names it (all empty while the lock is being handed over).
+struct Who {
+    host: String,
+    pid: String,
+    /// The command, and the note after a `; `.
+    command: Option<String>,
+    held: String,
+}
+
+/// How much of a status line to show, from everything down to what must stay.
+#[derive(Clone, Copy)]
+enum Shown {
+    All,
+    /// The command and note cut to this many characters (0: left out).
+    Command(usize),
+    NoCommand,
+    NoWaited,
+    /// Nor the holder's pid.
+    HostOnly,
+    /// Nor the holder.
+    PlaceOnly,
+}
+
+impl Pieces {
+    fn compose(&self, shown: Shown) -> String {
+        let key = &self.key;
+        let waited = match (&self.left, shown) {
+            (Some(left), Shown::NoWaited | Shown::HostOnly | Shown::PlaceOnly) => {
+                format!("{left} left")
+            }
+            (Some(left), _) => format!("waited {}, {left} left", self.waited),
+            (None, _) => format!("waited {}", self.waited),
+        };
+        let Some(holder) = &self.holder else {
+            return format!("waiting for lock '{key}'; {waited}");
+        };
+        let place = self.place.as_deref().unwrap_or_default();
+        let who = match (&holder.command, shown) {
+            (_, Shown::PlaceOnly) => return format!("waiting for lock '{key}'; {place}; {waited}"),
+            _ if holder.host.is_empty() => "being handed over".to_owned(),
+            (_, Shown::HostOnly) => format!("held by {} for {}", holder.host, holder.held),
+            (Some(command), Shown::All) => format!(
+                "held by {} pid {} ({command}) for {}",
+                holder.host, holder.pid, holder.held
+            ),
+            (Some(command), Shown::Command(room)) if room > 0 => format!(
+                "held by {} pid {} ({}) for {}",
+                holder.host,
+                holder.pid,
+                cut(command, room),
+                holder.held
+            ),
+            _ => format!(
+                "held by {} pid {} for {}",
+                holder.host, holder.pid, holder.held
+            ),
+        };
+        format!("waiting for lock '{key}': {who}; {place}; {waited}")
+    }
+}
+
+/// `text` in at most `width` characters, an ellipsis where it was cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }

@@ -394,8 +394,8 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
 
@@ -426,8 +426,8 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
 
@@ -504,8 +504,8 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
 }

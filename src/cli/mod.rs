@@ -129,6 +129,9 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// The widest help is wrapped to, on a wider terminal or none.
+pub(crate) const HELP_WIDTH: usize = 100;
+
 /// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
 ///
 /// A lock is a key in Redis with a lease (TTL): whoever takes it gets a secret token, and only
@@ -136,7 +139,7 @@ pub const VERSION: &str = concat!(
 /// acquisition also hands out a fencing token, a number that only ever grows, which a resource
 /// can check to refuse a holder whose lease ran out.
 #[derive(Debug, Parser)]
-#[command(name = "redlock", version, max_term_width = 100)]
+#[command(name = "redlock", version, max_term_width = HELP_WIDTH)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

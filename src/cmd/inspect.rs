@@ -186,6 +186,23 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     cells
 }
 
+/// The cells of one holder in a narrow table (see [`NARROW_HOLDER_HEADER`]): mode, host:pid,
+/// held for, lease left (and whether only a minimum hold keeps it), command.
+pub(super) fn narrow_holder_cells(holder: &Holder, now: u64) -> Vec<String> {
+    let cells = holder_cells(holder, now);
+    vec![
+        cells[0].clone(),
+        super::host_and_pid(&holder.who.host, holder.who.pid),
+        cells[6].clone(),
+        cells[7].clone(),
+        cells[4].clone(),
+    ]
+}
+
+/// The columns of a holder an operator reads first, for a terminal (`--wide`: all of them).
+pub(super) const NARROW_HOLDER_HEADER: [&str; 5] =
+    ["MODE", "HOLDER", "HELD", "LEASE LEFT", "COMMAND"];
+
 /// Table cells for host, pid, user and command.
 fn who_cells(who: &Identity) -> [String; 4] {
     [
@@ -340,6 +357,16 @@ fn show_quorum_text(lock: &Lock, view: &QuorumView, states: &[&LockState]) -> an
 
 /// The holders `state` lists, as a table.
 fn holders_table(state: &LockState) -> String {
+    if super::narrow() {
+        let mut rows = vec![NARROW_HOLDER_HEADER.map(str::to_owned).to_vec()];
+        rows.extend(
+            state
+                .holders
+                .iter()
+                .map(|holder| narrow_holder_cells(holder, state.now)),
+        );
+        return super::narrow_table(rows);
+    }
     let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
     rows.extend(
         state
@@ -347,6 +374,54 @@ fn holders_table(state: &LockState) -> String {
             .iter()
             .map(|holder| holder_cells(holder, state.now)),
     );
+    table(&rows)
+}
+
+/// The queue, as a table: position, mode, who waits (host:pid on a terminal), since when (how
+/// long), command, note.
+fn waiters_table(state: &LockState) -> String {
+    if super::narrow() {
+        let mut rows = vec![
+            ["QUEUE", "MODE", "WAITER", "WAITED", "COMMAND"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
+            vec![
+                (index + 1).to_string(),
+                shown(&waiter.mode),
+                super::host_and_pid(&waiter.who.host, waiter.who.pid),
+                duration::display(elapsed(waiter.since, state.now)),
+                shown(&waiter.who.command),
+            ]
+        }));
+        return super::narrow_table(rows);
+    }
+    let mut rows = vec![
+        [
+            "QUEUE",
+            "MODE",
+            "HOST",
+            "PID",
+            "USER",
+            "COMMAND",
+            "WAITING SINCE",
+            "WAITED",
+            "NOTE",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
+        let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
+        cells.extend(who_cells(&waiter.who));
+        cells.extend([
+            rfc3339(waiter.since),
+            duration::display(elapsed(waiter.since, state.now)),
+            waiter.who.note.as_deref().map(shown).unwrap_or_default(),
+        ]);
+        cells
+    }));
     table(&rows)
 }
 
@@ -369,11 +444,19 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                     print_line(holders_table(state))?;
                 }
                 for holder in state.holders.iter().filter(|holder| holder.over) {
-                    print_line(format_args!(
-                        "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({} from now)",
-                        holder.who.pid,
-                        rfc3339(holder.exp),
-                        duration::display(elapsed(state.now, holder.exp))
+                    let left = duration::display(elapsed(state.now, holder.exp));
+                    // (A terminal's narrow view gives times relative, as its tables do.)
+                    let until = match super::narrow() {
+                        true => format!("for {left} more"),
+                        false => format!("until {} ({left} from now)", rfc3339(holder.exp)),
+                    };
+                    print_line(super::wrapped(
+                        "",
+                        &format!(
+                            "the run of pid {} has ended; the lock is kept for its minimum hold {until}",
+                            holder.who.pid,
+                        ),
+                        2,
                     ))?;
                 }
                 if state.holder_count > state.holders.len() && !state.holders.is_empty() {
@@ -385,32 +468,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
             }
         }
         if !state.waiters.is_empty() {
-            let mut rows = vec![
-                [
-                    "QUEUE",
-                    "MODE",
-                    "HOST",
-                    "PID",
-                    "USER",
-                    "COMMAND",
-                    "WAITING SINCE",
-                    "WAITED",
-                    "NOTE",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-            ];
-            rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
-                let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
-                cells.extend(who_cells(&waiter.who));
-                cells.extend([
-                    rfc3339(waiter.since),
-                    duration::display(elapsed(waiter.since, state.now)),
-                    waiter.who.note.as_deref().map(shown).unwrap_or_default(),
-                ]);
-                cells
-            }));
-            print_line(table(&rows))?;
+            print_line(waiters_table(state))?;
         }
         if state.queue_length > state.waiters.len() {
             print_line(format_args!(
