@@ -117,7 +117,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s s -l shared -d 'Share the lock with other --shared holders (a read lock); exclusive requests queued before a shared one go first, so writers are not starved'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -x)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l no-reenter -d 'Inside a command run under this same lock, take it anew instead of re-entering it'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l json -d 'Print a JSON object instead of the bare token'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l json -d 'Print a JSON object instead of the bare token (also when the lock is busy)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l keep-alive -d 'Keep renewing the lease in the background until `release`, for steps that run in separate shells (CI steps, make recipes)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r

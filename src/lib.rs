@@ -129,10 +129,12 @@ fn run_parsed(
                 let hint = exit::hint_of(&err)
                     .map(|hint| format!("; {}", cmd::hint_text(hint)))
                     .unwrap_or_default();
-                log::error(
-                    format_args!("{err:#}{hint}"),
-                    exit::exit_code(&err, busy_code),
-                );
+                let code = exit::exit_code(&err, busy_code);
+                if expected {
+                    log::outcome(format_args!("{err:#}{hint}"), code);
+                } else {
+                    log::error(format_args!("{err:#}{hint}"), code);
+                }
             }
             exit::exit_code(&err, busy_code)
         }

@@ -96,6 +96,13 @@ pub(crate) fn error(message: impl Display, exit: u8) {
     emit(Level::Error, &message.to_string(), Some(exit));
 }
 
+/// Writes the notice of an expected outcome that ends the run (busy, not held, free), with
+/// the exit status it ends with: a line like an error's in text, a `notice` in JSON, so that
+/// log shippers do not raise an error for a cron host that skipped as it should.
+pub(crate) fn outcome(message: impl Display, exit: u8) {
+    emit(Level::Notice, &message.to_string(), Some(exit));
+}
+
 fn emit(level: Level, message: &str, exit: Option<u8>) {
     let line = if json() {
         let mut record = serde_json::json!({

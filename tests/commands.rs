@@ -215,6 +215,67 @@ fn json_acquire_and_fences_strictly_increase() {
     assert_eq!(last, first_fence(&server));
 }
 
+/// `acquire --json` on a busy lock prints JSON too (who holds it), and with `--log-format
+/// json` the busy line is a notice, not an error: it is an expected outcome. Repro: stdout
+/// stayed empty and the line said `"level":"error"`.
+#[test]
+fn a_busy_json_acquire_prints_json_and_logs_a_notice() {
+    let server = RedisServer::start();
+    acquire(&server, "deploy", "30s");
+    let fence = first_fence(&server);
+    let out = server
+        .redlock(&[
+            "--log-format",
+            "json",
+            "acquire",
+            "--key",
+            "deploy",
+            "--ttl",
+            "30s",
+            "--json",
+        ])
+        .run();
+    out.code(75);
+    let busy = out.json();
+    assert_eq!(field_names(&busy), ["busy", "holder", "key"], "{busy}");
+    assert_eq!(busy["key"], "deploy");
+    assert_eq!(busy["busy"], true);
+    let holder = &busy["holder"];
+    assert_eq!(holder["fence"], fence);
+    assert_eq!(holder["mode"], "exclusive");
+    assert_eq!(holder["command"], "acquire (pid: its caller)");
+    for field in ["host", "pid", "user", "held_ms", "ttl_left_ms", "since_ms"] {
+        assert!(!holder[field].is_null(), "{field}: {busy}");
+    }
+    let line: serde_json::Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|err| out.fail(&format!("one JSON line on stderr: {err}")));
+    assert_eq!(line["level"], "notice", "{line}");
+    assert_eq!(line["exit"], 75, "{line}");
+    // An error is still one.
+    let out = server
+        .redlock(&[
+            "--log-format",
+            "json",
+            "acquire",
+            "--key",
+            "",
+            "--ttl",
+            "30s",
+        ])
+        .run();
+    out.code(64);
+    let line: serde_json::Value = serde_json::from_str(out.stderr.trim()).unwrap();
+    assert_eq!(line["level"], "error", "{line}");
+    // -E 0: still busy, still JSON.
+    let out = server
+        .redlock(&[
+            "acquire", "deploy", "--ttl", "30s", "--json", "-E", "0", "-q",
+        ])
+        .run();
+    out.code(0).stderr_empty();
+    assert_eq!(out.json()["busy"], true);
+}
+
 #[test]
 fn release_is_token_checked() {
     let server = RedisServer::start();

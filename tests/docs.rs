@@ -852,7 +852,7 @@ fn json_log_lines_follow_the_documented_schema() {
                     "{name} missing: {line}"
                 );
             }
-            if record["level"] == "error" {
+            if record["level"] == "error" || !record["exit"].is_null() {
                 assert_eq!(record["exit"], code, "{line}");
             }
         }

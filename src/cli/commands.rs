@@ -236,8 +236,8 @@ pub struct RunArgs {
 
 /// Take a lock and print its token; exit 75 if someone else holds it
 ///
-/// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms).
-/// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
+/// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms; on
+/// a lock that stays busy, --json prints key, busy and the holder). Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
     /// Name of the lock, instead of --key
@@ -251,7 +251,7 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Print a JSON object instead of the bare token
+    /// Print a JSON object instead of the bare token (also when the lock is busy)
     #[arg(long)]
     pub json: bool,
 
