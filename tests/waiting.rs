@@ -676,6 +676,48 @@ fn a_waiter_whose_redis_never_comes_back_exits_69_when_the_wait_ends() {
     );
 }
 
+/// While a waiter cannot reach Redis it says so at every progress interval, in a log as on a
+/// terminal: for how long Redis has been unreachable, and how much longer it will try. Repro:
+/// one warning, then silence until the wait ended (an hour, in the README's CI example).
+#[test]
+fn a_waiter_says_at_every_progress_interval_that_redis_is_unreachable() {
+    let mut server = RedisServer::start();
+    let _token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--wait",
+            "4500ms",
+            "--progress-every",
+            "1s",
+            "--",
+            "true",
+        ])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    server.kill();
+    let out = waiter.wait(Duration::from_secs(15));
+    out.code(69);
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|line| line.contains("Redis unreachable for"))
+        .collect();
+    assert!(said.len() >= 2, "{}", out.stderr);
+    for line in &said {
+        assert!(
+            line.starts_with("redlock: waiting for lock 'job': Redis unreachable for ")
+                && line.contains("connection refused")
+                && line.contains("; trying for ")
+                && line.ends_with(" more"),
+            "{line}\n{}",
+            out.stderr
+        );
+    }
+}
+
 /// A signal ends a wait within a second even when Redis hangs: while queued (leaving the queue
 /// is tried, bounded, and what could not be cleaned is said), and during the first request.
 #[test]

@@ -32,6 +32,8 @@ pub(super) struct Status<'a> {
     progress_every: Option<Duration>,
     place: Option<Place>,
     drawn_at: Option<BootInstant>,
+    /// Redis has not answered since then, and the last error said why.
+    unreachable: Option<(BootInstant, String)>,
 }
 
 impl<'a> Status<'a> {
@@ -50,11 +52,45 @@ impl<'a> Status<'a> {
             progress_every,
             place: None,
             drawn_at: None,
+            unreachable: None,
         }
+    }
+
+    /// A request failed for want of Redis (`why`). The warning of the first failure is the
+    /// first line; from then on each line says for how long Redis has been unreachable, and
+    /// how much longer the wait tries.
+    pub(super) fn unreachable(&mut self, why: String) {
+        let now = BootInstant::now();
+        let since = self.unreachable.take().map_or(now, |(since, _)| since);
+        self.unreachable = Some((since, why));
+        self.drawn_at.get_or_insert(now);
+    }
+
+    /// Redis answered again.
+    pub(super) fn reachable(&mut self) {
+        self.unreachable = None;
+    }
+
+    /// The line while Redis cannot be reached.
+    fn unreachable_line(&self, since: BootInstant, why: &str) -> String {
+        let now = BootInstant::now();
+        let trying = match self.deadline {
+            Some(deadline) => format!("trying for {} more", duration::display(deadline.since(now))),
+            None => "trying until it answers (--wait forever)".to_owned(),
+        };
+        format!(
+            "waiting for lock '{}': Redis unreachable for {} ({}); {trying}",
+            printable(self.key),
+            duration::display(now.since(since)),
+            printable(why)
+        )
     }
 
     /// The line as a log shows it: every figure whole.
     fn line(&self) -> String {
+        if let Some((since, why)) = &self.unreachable {
+            return self.unreachable_line(*since, why);
+        }
         self.pieces().compose(Shown::All)
     }
 
@@ -62,6 +98,18 @@ impl<'a> Status<'a> {
     /// left stay; the holder's command and note go first, then the time waited, then the
     /// holder's pid.
     fn fitted_line(&self, width: usize) -> String {
+        if let Some((since, why)) = &self.unreachable {
+            // The error gives way first, then the beginning.
+            let line = self.unreachable_line(*since, why);
+            let over = line.chars().count().saturating_sub(width);
+            let why = cut(why, why.chars().count().saturating_sub(over).max(1));
+            let line = self.unreachable_line(*since, &why);
+            let skip = line.chars().count().saturating_sub(width);
+            return match skip {
+                0 => line,
+                _ => format!("…{}", line.chars().skip(skip + 1).collect::<String>()),
+            };
+        }
         let pieces = self.pieces();
         let fits = |line: &String| line.chars().count() <= width;
         let full = pieces.compose(Shown::All);
@@ -135,6 +183,7 @@ impl<'a> Status<'a> {
 
     /// A refresh's news: the same wait, another place in the queue.
     pub(super) fn moved(&mut self, position: usize, length: usize) {
+        self.unreachable = None;
         if let Some(place) = &mut self.place {
             place.position = position;
             place.length = length;
@@ -142,6 +191,7 @@ impl<'a> Status<'a> {
     }
 
     pub(super) fn update(&mut self, place: Place) {
+        self.unreachable = None;
         let first = self.place.is_none();
         self.place = Some(place);
         if self.terminal || first {
