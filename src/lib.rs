@@ -193,7 +193,7 @@ fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             // A reader that stopped reading (`--help | head`) wanted no more: not an error.
-            let written = if inherited.stdout_closed {
+            let written = if inherited.stdout_closed() {
                 Err(cmd::STDOUT_CLOSED_ERROR.to_owned())
             } else {
                 match err.print() {

@@ -33,7 +33,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         args.name.as_deref(),
         &args.after_dashes,
     )?)?;
-    if context.inherited.stdout_closed {
+    if context.inherited.stdout_closed() {
         // The token is the only way to release the lock: nobody could ever read it.
         return Err(fail(
             Failure::Output,

@@ -43,7 +43,7 @@ use request::{ask, busy, lock_name, named};
 /// Runs the parsed command line.
 pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
     let Cli { global, command } = cli;
-    output::note_stdout_closed(inherited.stdout_closed);
+    output::note_stdout_closed(inherited.stdout_closed());
     match &command {
         Command::Completions(args) => return completions::run(args),
         Command::Man(args) => return man::run(args),

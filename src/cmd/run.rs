@@ -158,6 +158,7 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
         min_hold: args.min_hold.unwrap_or_default(),
         foreground: supervise::owns_terminal(),
         replicas: args.lock.replicas,
+        closed: context.inherited.closed,
     };
     supervise::supervise(&signals, &context.store, &lock, held, &job, context.log)
 }
