@@ -143,6 +143,16 @@ fn run_parsed(
 
 /// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    // `run --key K COMMAND...` without `--`: the command starts at its first word, as if a
+    // `--` stood before it (see `cli::command_after_key`).
+    let dashed;
+    let args = match cli::command_after_key(args) {
+        Some(at) => {
+            dashed = [&args[..at], &[OsString::from("--")], &args[at..]].concat();
+            &dashed[..]
+        }
+        None => args,
+    };
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
     let command = || {

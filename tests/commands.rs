@@ -619,6 +619,16 @@ fn a_lock_name_is_never_taken_from_after_the_dashes() {
         .run()
         .code(0)
         .stdout_contains("plain --");
+    // With --key and no `--`, the command starts at its first word, its options its own
+    // (`-v`, `-c` and `-k` are redlock's too).
+    server
+        .redlock(&[
+            "run", "-q", "--key", "job", "echo", "-n", "-v", "-c", "x", "-k", "y",
+        ])
+        .run()
+        .code(0)
+        .stderr_empty()
+        .stdout_contains("-v -c x -k y");
     // A name before `--` with --key must be the same name.
     server
         .redlock(&["run", "--key", "job", "echo", "--", "hello"])

@@ -23,28 +23,26 @@ use crate::supervise::{self, Job};
 /// -- env echo hello` must not lock `env` and run `echo hello`.
 fn name_and_argv(args: &RunArgs) -> anyhow::Result<(&str, Vec<OsString>)> {
     let word = args.name.as_ref();
-    // Without `--`, clap gives the first word to NAME and the rest to the flock form's words;
-    // with --key, that first word was the command's.
-    let (name_word, command) = match (args.lock.key.is_some(), args.command.is_empty()) {
-        (true, true) => (None, word.into_iter().chain(&args.words).cloned().collect()),
-        (false, true) => {
-            if let Some(option) = args
-                .words
-                .first()
-                .filter(|first| first.to_string_lossy().starts_with('-'))
-            {
-                return Err(fail(
-                    Failure::Usage,
-                    format!(
-                        "unknown option {} (see 'redlock run --help'); the command starts at the first word that is not an option, or after '--'",
-                        quoted_words(std::slice::from_ref(option))
-                    ),
-                ));
-            }
-            (word, args.words.clone())
+    // clap gives the words after `--` to `command`, and without `--` the first word to NAME
+    // and the rest to the flock form's words. (`run --key K COMMAND...` without `--` arrives
+    // with a `--` put before the command: see `cli::command_after_key`.)
+    let (name_word, command) = if args.command.is_empty() {
+        if let Some(option) = args
+            .words
+            .first()
+            .filter(|first| first.to_string_lossy().starts_with('-'))
+        {
+            return Err(fail(
+                Failure::Usage,
+                format!(
+                    "unknown option {} (see 'redlock run --help'); the command starts at the first word that is not an option, or after '--'",
+                    quoted_words(std::slice::from_ref(option))
+                ),
+            ));
         }
-        // (clap gives words after `--` to `command` only while no flock-form word came first)
-        (_, false) => (word, args.command.clone()),
+        (word, args.words.clone())
+    } else {
+        (word, args.command.clone())
     };
     let name_word = name_word
         .map(|word| {
