@@ -789,6 +789,45 @@ fn readme_recipes_work() {
     }
 }
 
+/// The README's table for people coming from flock, consul lock and etcdctl lock: the row
+/// for `etcdctl lock NAME` (a lock held across commands) takes and gives back the lock as
+/// written. Repro: it said "later `redlock release NAME`", which fails without the token.
+#[test]
+fn readme_etcdctl_row_releases_what_it_takes() {
+    use crate::util::{REDLOCK, RedisServer};
+    let readme = doc("README.md");
+    let row = readme
+        .lines()
+        .find(|line| line.starts_with("| `etcdctl lock NAME` (holds"))
+        .expect("README's etcdctl row");
+    let cell = row.split(" | ").nth(1).unwrap();
+    let commands: Vec<String> = cell
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|code| code.replace("NAME", "etcd-style").replace(" D", " 30s"))
+        .collect();
+    assert_eq!(commands.len(), 2, "{row}");
+    let server = RedisServer::start();
+    let path = format!(
+        "{}:{}",
+        Path::new(REDLOCK).parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-ec")
+        .arg(format!(
+            "{}\nredlock inspect etcd-style >/dev/null\n{}\n",
+            commands[0], commands[1]
+        ))
+        .env("REDLOCK_URL", server.url())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{commands:?}: {out:?}");
+    assert_eq!(server.keys_but_history(), ["redlock:{etcd-style}:fence"]);
+}
+
 /// `--log-format json`: every stderr line is a JSON object whose fields are the ones the
 /// README documents, with those it marks "always" present.
 #[test]
