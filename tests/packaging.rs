@@ -216,7 +216,9 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
 
 /// The release tarball: SHA256SUMS verifies it; it unpacks into one directory named for the
 /// version and the target, holding the binary, the committed man pages and completion
-/// scripts, the README and the licences; the binary runs from there.
+/// scripts, the README, the documents it links to (docs/, lua/README.md) and the licences;
+/// the binary runs from there, and no link of its documents leads to a missing file. Repro:
+/// it held README.md without docs/, whose links were all dead.
 #[test]
 fn release_tarball_verifies_unpacks_and_runs() {
     let dir = TempDir::new("tarball");
@@ -252,6 +254,8 @@ fn release_tarball_verifies_unpacks_and_runs() {
             "LICENSE-MIT",
             "README.md",
             "completions",
+            "docs",
+            "lua",
             "man",
             "redlock"
         ]
@@ -262,12 +266,15 @@ fn release_tarball_verifies_unpacks_and_runs() {
     for (unpacked, committed) in [
         (tree.join("man"), root.join("man")),
         (tree.join("completions"), root.join("completions")),
+        (tree.join("docs"), root.join("docs")),
     ] {
         same_files(&unpacked, &committed);
     }
-    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE", "lua/README.md"] {
         assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
     }
+    assert_eq!(names(&tree.join("lua")), BTreeSet::from(["README.md".to_owned()]));
+    assert_eq!(dead_links(&tree), Vec::<String>::new());
     assert_eq!(mode(&tree.join("redlock")), 0o755);
     assert_eq!(version_line(&tree.join("redlock")), line);
 }
@@ -333,6 +340,10 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     for doc in names(&root.join("docs")) {
         expected.insert((format!("usr/share/doc/redlock/docs/{doc}"), "-rw-r--r--"));
     }
+    expected.insert((
+        "usr/share/doc/redlock/lua/README.md".to_owned(),
+        "-rw-r--r--",
+    ));
     assert_eq!(files, expected);
 
     // Installed into a root of its own, with its own empty package database.
@@ -353,6 +364,10 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     dpkg(&["-i", deb.to_str().unwrap()]);
     assert!(dpkg(&["-s", "redlock"]).contains("Status: install ok installed"));
     let usr = system.join("usr");
+    assert_eq!(
+        dead_links(&usr.join("share/doc/redlock")),
+        Vec::<String>::new()
+    );
     assert_eq!(
         version_line(&usr.join("bin/redlock")),
         version_line(Path::new(REDLOCK))
@@ -818,6 +833,31 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 }
 
 /// The first ```sh block after `lead` in `readme`.
+/// The links of the Markdown files under `root` (`[text](target)`) that lead to no file
+/// there: `file: target`. Web addresses and links within a page are not followed.
+fn dead_links(root: &Path) -> Vec<String> {
+    let mut dead = Vec::new();
+    for file in walk(root) {
+        if file.extension().is_none_or(|extension| extension != "md") {
+            continue;
+        }
+        let path = root.join(&file);
+        for target in read(&path).split("](").skip(1) {
+            let Some(end) = target.find(')') else {
+                continue;
+            };
+            let target = target[..end].split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if !path.parent().unwrap().join(target).exists() {
+                dead.push(format!("{}: {target}", file.display()));
+            }
+        }
+    }
+    dead
+}
+
 fn readme_block(readme: &str, lead: &str) -> String {
     let from = readme
         .find(lead)
