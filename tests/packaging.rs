@@ -270,10 +270,18 @@ fn release_tarball_verifies_unpacks_and_runs() {
     ] {
         same_files(&unpacked, &committed);
     }
-    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE", "lua/README.md"] {
+    for file in [
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "lua/README.md",
+    ] {
         assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
     }
-    assert_eq!(names(&tree.join("lua")), BTreeSet::from(["README.md".to_owned()]));
+    assert_eq!(
+        names(&tree.join("lua")),
+        BTreeSet::from(["README.md".to_owned()])
+    );
     assert_eq!(dead_links(&tree), Vec::<String>::new());
     assert_eq!(mode(&tree.join("redlock")), 0o755);
     assert_eq!(version_line(&tree.join("redlock")), line);
