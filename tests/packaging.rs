@@ -434,9 +434,56 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     assert!(left.is_empty(), "dpkg -r left {left:?}");
 }
 
+/// README's first block takes a newcomer with a clone and a Redis from nothing to a locked
+/// command in two commands: build and install from the checkout, then run. (cargo's build
+/// is not repeated here; the binary it makes is the one under test, put where it installs
+/// it.) Repro: the first block needed release files that exist nowhere yet.
+#[test]
+fn readme_starts_with_two_commands_from_a_checkout() {
+    let readme = read(&Path::new(ROOT).join("README.md"));
+    let first = readme_block(&readme, "## From nothing");
+    let commands: Vec<&str> = first
+        .lines()
+        .map(|line| line.split("  #").next().unwrap().trim())
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    assert_eq!(commands.len(), 2, "{first}");
+    assert_eq!(commands[0], "cargo install --locked --path .", "{first}");
+    assert!(
+        readme.find("```sh").unwrap() > readme.find("## From nothing").unwrap(),
+        "the README's first commands are not this block"
+    );
+    let server = RedisServer::start();
+    let home = TempDir::new("newcomer");
+    let cargo_bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&cargo_bin).unwrap();
+    std::fs::copy(REDLOCK, cargo_bin.join("redlock")).unwrap();
+    let run = commands[1].replace("redis://redis.internal:6379", &server.url());
+    assert_ne!(
+        run, commands[1],
+        "the run names no Redis URL to point at the test's"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &run])
+        .env("HOME", home.path())
+        // (rustup's ~/.cargo/env puts ~/.cargo/bin on PATH.)
+        .env(
+            "PATH",
+            format!("{}:{}", cargo_bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env_remove("REDLOCK_URL")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{run}: {out:?}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "I hold the lock\n");
+}
+
 /// README's install commands, exactly as written but for /usr/local (a directory of the test
 /// that only root may write) and the Redis URL, run by a throwaway user that has sudo, in its
-/// login shell: the lead ("From nothing"), the tarball's, and the cargo user's (the binary
+/// login shell: the release files' block of "From nothing", the tarball's, and the cargo user's (the binary
 /// `cargo install` would build placed in its ~/.cargo/bin: the user has no toolchain).
 #[test]
 fn readme_install_commands_work_for_a_user_with_sudo() {
@@ -452,7 +499,7 @@ fn readme_install_commands_work_for_a_user_with_sudo() {
             );
         }
     }
-    let lead = readme_block(&readme, "## From nothing");
+    let lead = readme_block(&readme, "For the hosts that run the job, the release files");
     let tarball = readme_block(&readme, "**From the release tarball**");
     let cargo = readme_block(&readme, "**With cargo**");
     let file = format!("redlock-{VERSION}-x86_64-unknown-linux-musl.tar.gz");
