@@ -74,15 +74,12 @@ impl<'a> Status<'a> {
     /// The line while Redis cannot be reached.
     fn unreachable_line(&self, since: BootInstant, why: &str) -> String {
         let now = BootInstant::now();
-        let trying = match self.deadline {
-            Some(deadline) => format!("trying for {} more", duration::display(deadline.since(now))),
-            None => "trying until it answers (--wait forever)".to_owned(),
-        };
         format!(
-            "waiting for lock '{}': Redis unreachable for {} ({}); {trying}",
+            "waiting for lock '{}': Redis unreachable for {} ({}); {}",
             printable(self.key),
             duration::display(now.since(since)),
-            printable(why)
+            printable(why),
+            self.trying(now)
         )
     }
 
@@ -91,55 +88,65 @@ impl<'a> Status<'a> {
         if let Some((since, why)) = &self.unreachable {
             return self.unreachable_line(*since, why);
         }
-        self.pieces().compose(Shown::All)
+        let pieces = self.pieces();
+        let key = &pieces.key;
+        let waited = match &pieces.left {
+            Some(left) => format!("waited {}, {left} left", pieces.waited),
+            None => format!("waited {}", pieces.waited),
+        };
+        match (&pieces.holder, &pieces.place) {
+            (Some(holder), Some(place)) => format!(
+                "waiting for lock '{key}': {}; {place}; {waited}",
+                holder.describe(false)
+            ),
+            _ => format!("waiting for lock '{key}'; {waited}"),
+        }
     }
 
-    /// The line in at most `width` characters: the lock, the place in the queue and the time
-    /// left stay; the holder's command and note go first, then the time waited, then the
-    /// holder's pid.
+    /// The line a terminal shows, in at most `width` characters: what must stay first (the
+    /// lock, the place in the queue, the time left), then who holds it and for how long, the
+    /// holder's command and note last, and the end cut to fit. (The log's order, cut at 80
+    /// columns, lost the place and the time left: `...; po…`.)
     fn fitted_line(&self, width: usize) -> String {
-        if let Some((since, why)) = &self.unreachable {
-            // The error gives way first, then the beginning.
-            let line = self.unreachable_line(*since, why);
-            let over = line.chars().count().saturating_sub(width);
-            let why = cut(why, why.chars().count().saturating_sub(over).max(1));
-            let line = self.unreachable_line(*since, &why);
-            let skip = line.chars().count().saturating_sub(width);
-            return match skip {
-                0 => line,
-                _ => format!("…{}", line.chars().skip(skip + 1).collect::<String>()),
-            };
-        }
-        let pieces = self.pieces();
-        let fits = |line: &String| line.chars().count() <= width;
-        let full = pieces.compose(Shown::All);
-        if fits(&full) {
-            return full;
-        }
-        // The command and note, cut to what the rest leaves.
-        let bare = pieces.compose(Shown::Command(0));
-        let room = width.saturating_sub(bare.chars().count() + " ()".len());
-        if let Some(line) = Some(pieces.compose(Shown::Command(room)))
-            .filter(|_| room >= 4)
-            .filter(fits)
-        {
-            return line;
-        }
-        for shown in [
-            Shown::NoCommand,
-            Shown::NoWaited,
-            Shown::HostOnly,
-            Shown::PlaceOnly,
-        ] {
-            let line = pieces.compose(shown);
-            if fits(&line) {
-                return line;
+        let line = match &self.unreachable {
+            Some((since, why)) => {
+                let now = BootInstant::now();
+                format!(
+                    "waiting for lock '{}' (Redis unreachable for {}, {}): {}",
+                    printable(self.key),
+                    duration::display(now.since(*since)),
+                    self.trying(now),
+                    printable(why)
+                )
             }
+            None => {
+                let pieces = self.pieces();
+                // ("place": the short word, where columns are few.)
+                let mut figures: Vec<String> = pieces
+                    .place
+                    .iter()
+                    .map(|place| place.replacen("position", "place", 1))
+                    .collect();
+                figures.push(match &pieces.left {
+                    Some(left) => format!("{left} left"),
+                    None => format!("waited {}", pieces.waited),
+                });
+                let head = format!("waiting for lock '{}' ({})", pieces.key, figures.join(", "));
+                match &pieces.holder {
+                    Some(holder) => format!("{head}: {}", holder.describe(true)),
+                    None => head,
+                }
+            }
+        };
+        cut(&line, width)
+    }
+
+    /// How much longer the wait tries.
+    fn trying(&self, now: BootInstant) -> String {
+        match self.deadline {
+            Some(deadline) => format!("trying for {} more", duration::display(deadline.since(now))),
+            None => "trying until it answers (--wait forever)".to_owned(),
         }
-        // Too narrow even so: the end (place and time left) stays, the beginning is cut.
-        let line = pieces.compose(Shown::PlaceOnly);
-        let skip = line.chars().count().saturating_sub(width.saturating_sub(1));
-        format!("…{}", line.chars().skip(skip).collect::<String>())
     }
 
     fn pieces(&self) -> Pieces {
@@ -153,19 +160,14 @@ impl<'a> Status<'a> {
                 if let Some(note) = &holder.who.note {
                     command.push_str(&format!("; {}", shown(note)));
                 }
-                Who {
+                Who::Holder {
                     host: shown(&holder.who.host),
-                    pid: holder.who.pid.to_string(),
-                    command: Some(command),
+                    pid: holder.who.pid,
+                    command,
                     held: duration::display(held),
                 }
             }
-            None => Who {
-                host: String::new(),
-                pid: String::new(),
-                command: None,
-                held: String::new(),
-            },
+            None => Who::HandedOver,
         });
         Pieces {
             key: printable(self.key),
@@ -259,64 +261,38 @@ struct Pieces {
     left: Option<String>,
 }
 
-/// The holder, as a status line names it (all empty while the lock is being handed over).
-struct Who {
-    host: String,
-    pid: String,
-    /// The command, and the note after a `; `.
-    command: Option<String>,
-    held: String,
+/// Who has the lock, as a status line names it.
+enum Who {
+    Holder {
+        host: String,
+        pid: u32,
+        /// The command, and the note after a `; `.
+        command: String,
+        held: String,
+    },
+    /// Handed to the waiter before this one, which has not taken it up yet.
+    HandedOver,
 }
 
-/// How much of a status line to show, from everything down to what must stay.
-#[derive(Clone, Copy)]
-enum Shown {
-    All,
-    /// The command and note cut to this many characters (0: left out).
-    Command(usize),
-    NoCommand,
-    NoWaited,
-    /// Nor the holder's pid.
-    HostOnly,
-    /// Nor the holder.
-    PlaceOnly,
-}
-
-impl Pieces {
-    fn compose(&self, shown: Shown) -> String {
-        let key = &self.key;
-        let waited = match (&self.left, shown) {
-            (Some(left), Shown::NoWaited | Shown::HostOnly | Shown::PlaceOnly) => {
-                format!("{left} left")
-            }
-            (Some(left), _) => format!("waited {}, {left} left", self.waited),
-            (None, _) => format!("waited {}", self.waited),
-        };
-        let Some(holder) = &self.holder else {
-            return format!("waiting for lock '{key}'; {waited}");
-        };
-        let place = self.place.as_deref().unwrap_or_default();
-        let who = match (&holder.command, shown) {
-            (_, Shown::PlaceOnly) => return format!("waiting for lock '{key}'; {place}; {waited}"),
-            _ if holder.host.is_empty() => "being handed over".to_owned(),
-            (_, Shown::HostOnly) => format!("held by {} for {}", holder.host, holder.held),
-            (Some(command), Shown::All) => format!(
-                "held by {} pid {} ({command}) for {}",
-                holder.host, holder.pid, holder.held
-            ),
-            (Some(command), Shown::Command(room)) if room > 0 => format!(
-                "held by {} pid {} ({}) for {}",
-                holder.host,
-                holder.pid,
-                cut(command, room),
-                holder.held
-            ),
-            _ => format!(
-                "held by {} pid {} for {}",
-                holder.host, holder.pid, holder.held
-            ),
-        };
-        format!("waiting for lock '{key}': {who}; {place}; {waited}")
+impl Who {
+    /// `held by HOST pid PID (COMMAND) for HELD`; with `command_last`, the command after the
+    /// time held (a terminal's line is cut from its end).
+    fn describe(&self, command_last: bool) -> String {
+        match self {
+            Who::Holder {
+                host,
+                pid,
+                command,
+                held,
+            } if command_last => format!("held by {host} pid {pid} for {held} ({command})"),
+            Who::Holder {
+                host,
+                pid,
+                command,
+                held,
+            } => format!("held by {host} pid {pid} ({command}) for {held}"),
+            Who::HandedOver => "being handed over".to_owned(),
+        }
     }
 }
 
