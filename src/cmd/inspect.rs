@@ -446,18 +446,18 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                 for holder in state.holders.iter().filter(|holder| holder.over) {
                     let left = duration::display(elapsed(state.now, holder.exp));
                     // (A terminal's narrow view gives times relative, as its tables do.)
-                    let until = match super::narrow() {
-                        true => format!("for {left} more"),
-                        false => format!("until {} ({left} from now)", rfc3339(holder.exp)),
-                    };
-                    print_line(super::wrapped(
-                        "",
-                        &format!(
-                            "the run of pid {} has ended; the lock is kept for its minimum hold {until}",
-                            holder.who.pid,
+                    let line = match super::narrow() {
+                        true => format!(
+                            "the run of pid {} has ended; its minimum hold keeps the lock {left} more",
+                            holder.who.pid
                         ),
-                        2,
-                    ))?;
+                        false => format!(
+                            "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({left} from now)",
+                            holder.who.pid,
+                            rfc3339(holder.exp)
+                        ),
+                    };
+                    print_line(super::wrapped("", &line, 2))?;
                 }
                 if state.holder_count > state.holders.len() && !state.holders.is_empty() {
                     print_line(format_args!(
