@@ -141,18 +141,30 @@ fn run_parsed(
     }
 }
 
-/// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
+/// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`, and
+/// `run --key K COMMAND...` read as the command it is.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let first = parse_once(args);
     // `run --key K COMMAND...` without `--`: the command starts at its first word, as if a
-    // `--` stood before it (see `cli::command_after_key`).
-    let dashed;
-    let args = match cli::command_after_key(args) {
-        Some(at) => {
-            dashed = [&args[..at], &[OsString::from("--")], &args[at..]].concat();
-            &dashed[..]
-        }
-        None => args,
-    };
+    // `--` stood before it (see `cli::command_after_key`). clap takes that word for NAME,
+    // or fails on an option of the command's that redlock has too (`sort -k 2`); the usual
+    // `run --key K -- COMMAND` costs nothing more.
+    let named_and_keyed = matches!(
+        &first,
+        Ok(Cli { command: cli::Command::Run(run), .. })
+            if run.lock.key.is_some() && run.name.is_some() && run.command.is_empty()
+    );
+    if first.is_ok() && !named_and_keyed {
+        return first;
+    }
+    match cli::command_after_key(args) {
+        Some(at) => parse_once(&[&args[..at], &[OsString::from("--")], &args[at..]].concat()),
+        None => first,
+    }
+}
+
+/// One parse of `args`.
+fn parse_once(args: &[OsString]) -> Result<Cli, clap::Error> {
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
     let command = || {
