@@ -120,7 +120,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s s -l shared -d 'Share the lock with other --shared holders (a read lock); exclusive requests queued before a shared one go first, so writers are not starved'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -x)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l no-reenter -d 'Inside a command run under this same lock, take it anew instead of re-entering it'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l json -d 'Print a JSON object instead of the bare token'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l json -d 'Print a JSON object instead of the bare token (also when the lock is busy)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l keep-alive -d 'Keep renewing the lease in the background until `release`, for steps that run in separate shells (CI steps, make recipes)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
@@ -181,7 +181,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l tls-insecure
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
-complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand inspect" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
@@ -200,7 +200,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand history" -l tls-insecure
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
-complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand history" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand check" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F
@@ -239,7 +239,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-insecure -d
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s v -l verbose -d 'Log each step to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l json -d 'Print a JSON array of the objects `inspect --json` prints'
-complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show commands and notes whole instead of fitting the table to its width (a pipe or a file always gets them whole)'
+complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F

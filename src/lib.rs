@@ -131,29 +131,62 @@ fn run_parsed(
                 let hint = exit::hint_of(&err)
                     .map(|hint| format!("; {}", cmd::hint_text(hint)))
                     .unwrap_or_default();
-                log::error(
-                    format_args!("{err:#}{hint}"),
-                    exit::exit_code(&err, busy_code),
-                );
+                let code = exit::exit_code(&err, busy_code);
+                if expected {
+                    log::outcome(format_args!("{err:#}{hint}"), code);
+                } else {
+                    log::error(format_args!("{err:#}{hint}"), code);
+                }
             }
             exit::exit_code(&err, busy_code)
         }
     }
 }
 
-/// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`.
+/// `Cli::try_parse_from`, with the top page's closing sections built only for `--help`, and
+/// `run --key K COMMAND...` read as the command it is.
 fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
-    let mut command = Cli::command().version(cli::VERSION);
+    let first = parse_once(args);
+    // `run --key K COMMAND...` without `--`: the command starts at its first word, as if a
+    // `--` stood before it (see `cli::command_after_key`). clap takes that word for NAME,
+    // or fails on an option of the command's that redlock has too (`sort -k 2`); the usual
+    // `run --key K -- COMMAND` costs nothing more.
+    let named_and_keyed = matches!(
+        &first,
+        Ok(Cli { command: cli::Command::Run(run), .. })
+            if run.lock.key.is_some() && run.name.is_some() && run.command.is_empty()
+    );
+    if first.is_ok() && !named_and_keyed {
+        return first;
+    }
+    match cli::command_after_key(args) {
+        Some(at) => parse_once(&[&args[..at], &[OsString::from("--")], &args[at..]].concat()),
+        None => first,
+    }
+}
+
+/// One parse of `args`.
+fn parse_once(args: &[OsString]) -> Result<Cli, clap::Error> {
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
-    if long_help {
-        command = command.after_long_help(cli::after_long_help());
-    }
-    let mut matches = match command.try_get_matches_from_mut(args) {
+    let command = || {
+        let command = Cli::command().version(cli::VERSION);
+        match long_help {
+            true => command.after_long_help(cli::after_long_help()),
+            false => command,
+        }
+    };
+    let mut matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(err) if is_help(&err) => {
             // Help was asked for: only now build every subcommand (they are deferred, see
-            // `cli::Command`), so that the list of commands has their descriptions.
+            // `cli::Command`), so that the list of commands has their descriptions, and
+            // wrap it to the terminal, at most 100 columns (a fresh command: the one parsed
+            // has passed its settings on to its subcommands already).
+            let mut command = command();
+            if let Some(columns) = log::any_terminal_width() {
+                command = command.term_width(columns.min(cli::HELP_WIDTH));
+            }
             command.build();
             return Err(command.try_get_matches_from(args).err().unwrap_or(err));
         }
@@ -184,7 +217,7 @@ fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             // A reader that stopped reading (`--help | head`) wanted no more: not an error.
-            let written = if inherited.stdout_closed {
+            let written = if inherited.stdout_closed() {
                 Err(cmd::STDOUT_CLOSED_ERROR.to_owned())
             } else {
                 match err.print() {

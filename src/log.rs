@@ -96,6 +96,13 @@ pub(crate) fn error(message: impl Display, exit: u8) {
     emit(Level::Error, &message.to_string(), Some(exit));
 }
 
+/// Writes the notice of an expected outcome that ends the run (busy, not held, free), with
+/// the exit status it ends with: a line like an error's in text, a `notice` in JSON, so that
+/// log shippers do not raise an error for a cron host that skipped as it should.
+pub(crate) fn outcome(message: impl Display, exit: u8) {
+    emit(Level::Notice, &message.to_string(), Some(exit));
+}
+
 fn emit(level: Level, message: &str, exit: Option<u8>) {
     let line = if json() {
         let mut record = serde_json::json!({
@@ -137,6 +144,18 @@ pub(crate) fn redraw(text: &str) {
 
 /// The width of the terminal on stderr, if stderr is one.
 pub(crate) fn terminal_width() -> Option<usize> {
+    columns_of(2)
+}
+
+/// The width of the terminal on stdout, stderr or stdin, the first that is one: what help is
+/// wrapped to. (clap asks too, but takes nothing from a terminal that reports no rows, as
+/// `script` and some consoles do, and then wraps at 100 whatever the width.)
+pub(crate) fn any_terminal_width() -> Option<usize> {
+    [1, 2, 0].into_iter().find_map(columns_of)
+}
+
+/// The columns of the terminal on descriptor `fd`, if it is one that knows its width.
+fn columns_of(fd: i32) -> Option<usize> {
     let mut size = nix::libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -144,7 +163,7 @@ pub(crate) fn terminal_width() -> Option<usize> {
         ws_ypixel: 0,
     };
     // SAFETY: TIOCGWINSZ writes one `winsize` to the pointer, which points to one.
-    let asked = unsafe { nix::libc::ioctl(2, nix::libc::TIOCGWINSZ, &raw mut size) };
+    let asked = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCGWINSZ, &raw mut size) };
     (asked == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 

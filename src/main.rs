@@ -5,12 +5,13 @@
 //! /dev/null on any of the standard descriptors that is closed: reading what redlock's caller
 //! handed it. The command `run` starts must begin with the caller's signal dispositions
 //! (`trap '' PIPE` in the calling shell stays in force for the command; an ordinary start gives
-//! it the default), and `acquire` must not take a lock whose token it cannot print; once std
-//! has changed them nothing tells what they were. So a constructor in `.init_array`, which the
+//! it the default), `acquire` must not take a lock whose token it cannot print, and a
+//! descriptor the caller closed must be closed for the command too; once std has changed
+//! them nothing tells what they were. So a constructor in `.init_array`, which the
 //! C runtime runs before it calls std's start-up, records them.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// musl's allocator returns memory to the kernel eagerly, with a system call for every small
 /// allocation it frees; dlmalloc keeps it (docs/performance.md has the figures).
@@ -24,19 +25,20 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let inherited = redlock::Inherited {
         ignored: IGNORED_AT_START.load(Ordering::Relaxed),
-        stdout_closed: STDOUT_CLOSED_AT_START.load(Ordering::Relaxed),
+        closed: CLOSED_AT_START.load(Ordering::Relaxed),
     };
     ExitCode::from(redlock::run(std::env::args_os(), inherited))
 }
 
 /// The signals ignored when the process started: bit N-1 for signal N.
 static IGNORED_AT_START: AtomicU64 = AtomicU64::new(0);
-/// Whether file descriptor 1 was closed when the process started.
-static STDOUT_CLOSED_AT_START: AtomicBool = AtomicBool::new(false);
+/// The standard descriptors (0, 1, 2) that were closed when the process started: bit N for
+/// descriptor N.
+static CLOSED_AT_START: AtomicU8 = AtomicU8::new(0);
 
 // SAFETY: `.init_array` holds pointers to functions the C runtime calls once, before `main`,
-// with no other thread running; this one only reads signal dispositions and a descriptor's
-// flags, and stores what it read.
+// with no other thread running; this one only reads signal dispositions and the standard
+// descriptors' flags, and stores what it read.
 #[allow(unsafe_code)]
 #[unsafe(link_section = ".init_array")]
 #[used]
@@ -56,7 +58,12 @@ extern "C" fn record_ignored_signals() {
         }
     }
     IGNORED_AT_START.store(ignored, Ordering::Relaxed);
-    // SAFETY: F_GETFD takes no argument and only reads the descriptor's flags.
-    let stdout_closed = unsafe { nix::libc::fcntl(1, nix::libc::F_GETFD) } == -1;
-    STDOUT_CLOSED_AT_START.store(stdout_closed, Ordering::Relaxed);
+    let mut closed = 0u8;
+    for fd in 0..3 {
+        // SAFETY: F_GETFD takes no argument and only reads the descriptor's flags.
+        if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } == -1 {
+            closed |= 1 << fd;
+        }
+    }
+    CLOSED_AT_START.store(closed, Ordering::Relaxed);
 }

@@ -36,11 +36,17 @@ use crate::exit::system;
 pub struct Inherited {
     /// The signals ignored at start, one bit per signal (bit N-1 for signal N).
     pub ignored: u64,
-    /// File descriptor 1 was closed at start (`>&-`).
-    pub stdout_closed: bool,
+    /// The standard descriptors closed at start (`>&-`): bit N for descriptor N (0, 1, 2).
+    /// std opens /dev/null in their place; the command gets them closed.
+    pub closed: u8,
 }
 
 impl Inherited {
+    /// Whether file descriptor 1 was closed at start.
+    pub(crate) fn stdout_closed(self) -> bool {
+        self.closed & 0b010 != 0
+    }
+
     fn ignores(self, signal: i32) -> bool {
         (1..=64).contains(&signal) && self.ignored & (1 << (signal - 1)) != 0
     }
@@ -206,7 +212,7 @@ mod tests {
     fn inherited_ignores_are_bits() {
         let inherited = Inherited {
             ignored: 1 << (Signal::SIGHUP as i32 - 1),
-            stdout_closed: false,
+            closed: 0,
         };
         assert!(inherited.ignores(Signal::SIGHUP as i32));
         assert!(!inherited.ignores(Signal::SIGINT as i32));

@@ -256,6 +256,61 @@ fn an_empty_url_is_a_usage_error_naming_where_it_came_from() {
     }
 }
 
+/// A URL that does not parse is named by where it came from (--redis, REDLOCK_URL or
+/// REDIS_URL) and shown with only what could be a password masked, and the message says what
+/// is wrong with it. Repro: `REDLOCK_URL=redis://127.0.0.1:6401/abc` said `--redis
+/// redis://127.0.0.1:***: ... the database must be a number` (the port and path masked, the
+/// wrong source named), and `redis:/host:6379` said "no scheme".
+#[test]
+fn a_bad_url_names_its_source_and_masks_only_the_password() {
+    let run = ["run", "--key", "k", "--", "true"];
+    let url = "redis://127.0.0.1:6401/abc";
+    for (redlock, source) in [
+        (Redlock::new(&run).env("REDLOCK_URL", url), "REDLOCK_URL"),
+        (Redlock::new(&run).env("REDIS_URL", url), "REDIS_URL"),
+        (
+            Redlock::new(&["--redis", url, "run", "--key", "k", "--", "true"]),
+            "--redis",
+        ),
+    ] {
+        redlock
+            .run()
+            .code(64)
+            .one_line_error(&format!("{source} redis://127.0.0.1:6401/abc: "))
+            .stderr_contains("the database must be a number");
+    }
+    for (url, shown, why) in [
+        (
+            "redis://u:s3cret@127.0.0.1:6401/abc",
+            "redis://u:***@127.0.0.1:6401/abc",
+            "the database must be a number",
+        ),
+        (
+            "redis://127.0.0.1:6401?db=1&password=s3cret&color=s3cret",
+            "redis://127.0.0.1:6401?db=1&password=***&***",
+            "unknown query parameter",
+        ),
+        ("redis://:s3cret", "redis://:***", "no host"),
+        (
+            "redis://u:s3/cret@h:1/0",
+            "redis://***",
+            "an '@' after the host",
+        ),
+    ] {
+        let out = Redlock::new(&run).env("REDLOCK_URL", url).run();
+        out.code(64)
+            .one_line_error(&format!("REDLOCK_URL {shown}: "))
+            .stderr_contains(why);
+        assert!(!out.stderr.contains("s3"), "{}", out.stderr);
+    }
+    Redlock::new(&run)
+        .env("REDLOCK_URL", "redis:/host:6379")
+        .run()
+        .code(64)
+        .one_line_error("REDLOCK_URL redis:/host:6379: ")
+        .stderr_contains("'redis:' must be followed by '//'");
+}
+
 #[test]
 fn foreign_data_at_a_lock_key_is_never_clobbered() {
     let server = RedisServer::start();

@@ -484,6 +484,8 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
         "redlock_lock_waiters",
         "redlock_lock_held_seconds",
         "redlock_lock_lease_remaining_seconds",
+        "redlock_lock_min_hold",
+        "redlock_lock_min_hold_remaining_seconds",
         "redlock_lock_fence",
         "redlock_lock_last_exit_status",
         "redlock_lock_last_end_timestamp_seconds",
@@ -498,6 +500,64 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
     let out = empty.redlock(&["metrics"]).run();
     out.code(0);
     assert!(promtool(&out.stdout).status.success());
+}
+
+/// A `--min-hold` remainder is no running job: `redlock_lock_held`, `holders`, `held_seconds`
+/// and the lease left describe running holds only, and the minimum hold has series of its own.
+/// Repro: after `run --min-hold 1m mh -- true`, metrics said held 1, holders 1 and a growing
+/// held_seconds, so the README's `held_seconds > 7200` alert fired for any min-hold over 2 h.
+#[test]
+fn metrics_count_a_min_hold_apart_from_running_jobs() {
+    let server = RedisServer::start();
+    server
+        .redlock(&["run", "--key", "mh", "--min-hold", "1m", "--", "true"])
+        .run()
+        .code(0);
+    let running = server
+        .redlock(&["run", "--key", "busy", "--", "sleep", "30"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        server.cmd::<i64>(&["EXISTS", "redlock:{busy}:holders"]) == 1
+    }));
+    let out = server.redlock(&["metrics"]).run();
+    out.code(0).stderr_empty();
+    let text = &out.stdout;
+    let checked = promtool(text);
+    assert!(checked.status.success(), "promtool: {checked:?}\n{text}");
+    let value = |line: &str| -> f64 {
+        text.lines()
+            .find_map(|have| have.strip_prefix(line))
+            .unwrap_or_else(|| panic!("no {line} in\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value(r#"redlock_lock_held{key="mh",mode="exclusive"}"#),
+        0.0
+    );
+    assert_eq!(value(r#"redlock_lock_holders{key="mh"}"#), 0.0);
+    assert_eq!(value(r#"redlock_lock_held_seconds{key="mh"}"#), 0.0);
+    assert_eq!(
+        value(r#"redlock_lock_lease_remaining_seconds{key="mh"}"#),
+        0.0
+    );
+    assert_eq!(value(r#"redlock_lock_min_hold{key="mh"}"#), 1.0);
+    let left = value(r#"redlock_lock_min_hold_remaining_seconds{key="mh"}"#);
+    assert!(left > 30.0 && left <= 60.0, "{left}");
+    // A running job is what it was.
+    assert_eq!(
+        value(r#"redlock_lock_held{key="busy",mode="exclusive"}"#),
+        1.0
+    );
+    assert_eq!(value(r#"redlock_lock_holders{key="busy"}"#), 1.0);
+    assert_eq!(value(r#"redlock_lock_min_hold{key="busy"}"#), 0.0);
+    assert_eq!(
+        value(r#"redlock_lock_min_hold_remaining_seconds{key="busy"}"#),
+        0.0
+    );
+    running.signal("TERM");
+    running.wait(Duration::from_secs(10)).code(143);
 }
 
 /// `promtool check metrics` of `text`, killed after 20 s (Debian's prometheus package; .ci/run installs it).

@@ -215,6 +215,67 @@ fn json_acquire_and_fences_strictly_increase() {
     assert_eq!(last, first_fence(&server));
 }
 
+/// `acquire --json` on a busy lock prints JSON too (who holds it), and with `--log-format
+/// json` the busy line is a notice, not an error: it is an expected outcome. Repro: stdout
+/// stayed empty and the line said `"level":"error"`.
+#[test]
+fn a_busy_json_acquire_prints_json_and_logs_a_notice() {
+    let server = RedisServer::start();
+    acquire(&server, "deploy", "30s");
+    let fence = first_fence(&server);
+    let out = server
+        .redlock(&[
+            "--log-format",
+            "json",
+            "acquire",
+            "--key",
+            "deploy",
+            "--ttl",
+            "30s",
+            "--json",
+        ])
+        .run();
+    out.code(75);
+    let busy = out.json();
+    assert_eq!(field_names(&busy), ["busy", "holder", "key"], "{busy}");
+    assert_eq!(busy["key"], "deploy");
+    assert_eq!(busy["busy"], true);
+    let holder = &busy["holder"];
+    assert_eq!(holder["fence"], fence);
+    assert_eq!(holder["mode"], "exclusive");
+    assert_eq!(holder["command"], "acquire (pid: its caller)");
+    for field in ["host", "pid", "user", "held_ms", "ttl_left_ms", "since_ms"] {
+        assert!(!holder[field].is_null(), "{field}: {busy}");
+    }
+    let line: serde_json::Value = serde_json::from_str(out.stderr.trim())
+        .unwrap_or_else(|err| out.fail(&format!("one JSON line on stderr: {err}")));
+    assert_eq!(line["level"], "notice", "{line}");
+    assert_eq!(line["exit"], 75, "{line}");
+    // An error is still one.
+    let out = server
+        .redlock(&[
+            "--log-format",
+            "json",
+            "acquire",
+            "--key",
+            "",
+            "--ttl",
+            "30s",
+        ])
+        .run();
+    out.code(64);
+    let line: serde_json::Value = serde_json::from_str(out.stderr.trim()).unwrap();
+    assert_eq!(line["level"], "error", "{line}");
+    // -E 0: still busy, still JSON.
+    let out = server
+        .redlock(&[
+            "acquire", "deploy", "--ttl", "30s", "--json", "-E", "0", "-q",
+        ])
+        .run();
+    out.code(0).stderr_empty();
+    assert_eq!(out.json()["busy"], true);
+}
+
 #[test]
 fn release_is_token_checked() {
     let server = RedisServer::start();
@@ -477,23 +538,140 @@ fn the_lock_name_may_come_first_and_flocks_options_work() {
         .run()
         .code(75)
         .stderr_contains("still busy after waiting 300ms");
-    // After the name the command starts: an option there would be run as one.
+    // Between the name and `--`, options are options.
     server
-        .redlock(&["run", "files", "--ttl", "5s", "--", "true"])
+        .redlock(&["run", "files", "-w", "0.3", "--ttl", "5s", "--", "true"])
         .run()
-        .code(64)
-        .one_line_error("lock 'files': --ttl comes after the lock's name");
+        .code(75)
+        .stderr_contains("still busy after waiting 300ms");
     server
         .redlock(&["acquire", "-s", "-x", "files", "--ttl", "5s"])
         .run()
         .code(64);
 }
 
-/// On a terminal, list, inspect and history fit its width, cutting commands and notes with an
-/// ellipsis; `--wide` shows them whole, and so does a pipe, always. An empty list on a
-/// terminal names the server and database it looked in.
+/// After `--` comes the command, never the lock's name: a forgotten `--key` is refused with
+/// exit 64 and nothing taken, instead of locking the command's first word and running the rest
+/// (`run -- env echo hello` locked `env` and ran `echo hello`). Options between the name and
+/// `--` are options, as before the name, in every command; flock's form without `--` stays.
 #[test]
-fn tables_fit_a_terminal_and_never_cut_a_pipe() {
+fn a_lock_name_is_never_taken_from_after_the_dashes() {
+    let server = RedisServer::start();
+    for args in [
+        &["run", "--ttl", "10m", "--", "env", "echo", "hello"][..],
+        &["run", "--", "./deploy.sh", "prod"],
+        &["run", "--ttl", "5s", "--", "sh", "-c", "echo hello"],
+        &["run", "-c", "echo hello", "--", "job"],
+    ] {
+        let out = server.redlock(args).run();
+        out.code(64).one_line_error("no lock name");
+        assert!(!out.stdout.contains("hello"), "{}", out.stdout);
+    }
+    let token = "0123456789abcdef0123456789abcdef";
+    for args in [
+        &["acquire", "--ttl", "10s", "--", "job"][..],
+        &["inspect", "--", "job"],
+        &["history", "--", "job"],
+        &["release", "--force", "--", "job"],
+        &["release", "--token", token, "--", "job"],
+        &["extend", "--ttl", "5s", "--token", token, "--", "job"],
+        &["check", "--succeeded-within", "1h", "--", "job"],
+        &["inspect", "--key", "job", "--", "job"],
+    ] {
+        server
+            .redlock(args)
+            .run()
+            .code(64)
+            .one_line_error("'job' after '--'");
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+
+    // Options between the name and `--`: the same as before it.
+    server
+        .redlock(&[
+            "run",
+            "job",
+            "--ttl",
+            "30s",
+            "--note",
+            "between",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_KEY $REDLOCK_TTL_MS\"",
+        ])
+        .run()
+        .code(0)
+        .stdout_contains("job 30000");
+    server
+        .redlock(&["history", "job", "--json"])
+        .run()
+        .code(0)
+        .stdout_contains("\"note\": \"between\"");
+    // flock's form: the name, then the command, whose options are its own.
+    server
+        .redlock(&["run", "job", "echo", "--ttl", "x", "--", "y"])
+        .run()
+        .code(0)
+        .stdout_contains("--ttl x -- y");
+    server
+        .redlock(&["run", "--key", "job", "echo", "plain", "--"])
+        .run()
+        .code(0)
+        .stdout_contains("plain --");
+    // With --key and no `--`, the command starts at its first word, its options its own
+    // (`-v`, `-c` and `-k` are redlock's too).
+    server
+        .redlock(&[
+            "run", "-q", "--key", "job", "echo", "-n", "-v", "-c", "x", "-k", "y",
+        ])
+        .run()
+        .code(0)
+        .stderr_empty()
+        .stdout_contains("-v -c x -k y");
+    // A name before `--` with --key must be the same name.
+    server
+        .redlock(&["run", "--key", "job", "echo", "--", "hello"])
+        .run()
+        .code(64)
+        .one_line_error("lock name: given twice, as --key 'job' and as 'echo'");
+    server
+        .redlock(&["run", "--key", "job", "job", "--", "echo", "same"])
+        .run()
+        .code(0)
+        .stdout_contains("same");
+    // An option redlock does not know is not a command.
+    server
+        .redlock(&["run", "job", "--tll", "5s", "--", "true"])
+        .run()
+        .code(64)
+        .one_line_error("--tll");
+}
+
+/// Runs `commands` (a shell line) on a pseudo-terminal `columns` wide (script(1); no rows, as
+/// some terminals report), with REDLOCK_URL pointing at `server`; what the terminal showed.
+fn on_a_terminal(server: &RedisServer, columns: u16, commands: &str) -> String {
+    let out = std::process::Command::new("script")
+        .args([
+            "-qfec",
+            &format!("stty cols {columns}; {commands}"),
+            "/dev/null",
+        ])
+        .env("REDLOCK_URL", server.url())
+        .output()
+        .expect("script(1) from util-linux");
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// On a terminal, `list`, `inspect`, `history` and `doctor` fit its width: by default the
+/// columns an operator reads first (the lock, its mode, the holder as host:pid, how long it
+/// has held it, the lease left, the waiters, times relative), the command cut to what is left;
+/// `--wide` shows every column whole; a pipe always gets every column whole. Repro: at 80
+/// columns `inspect` rows were 113-121 characters, `list` rows 150-166 (every one wrapped),
+/// doctor's lines up to 210, and what was cut was the command and the note while the
+/// 16-digit fence and the ISO times stayed.
+#[test]
+fn tables_fit_a_terminal_with_the_columns_read_first_and_never_cut_a_pipe() {
     let server = RedisServer::start();
     let long_command = format!("echo {}", "c".repeat(200));
     let long_note = "n".repeat(150);
@@ -504,43 +682,126 @@ fn tables_fit_a_terminal_and_never_cut_a_pipe() {
         .arg(&long_command)
         .run()
         .code(0);
-    let out = server
+    server
         .redlock(&["acquire", "wide", "--ttl", "30s", "--note", &long_note])
-        .run();
-    out.code(0);
-    let on_a_terminal = |commands: &str| -> String {
-        let out = std::process::Command::new("script")
-            .args(["-qfec", &format!("stty cols 160; {commands}"), "/dev/null"])
-            .env("REDLOCK_URL", server.url())
-            .output()
-            .expect("script(1) from util-linux");
-        String::from_utf8_lossy(&out.stdout).replace('\r', "")
-    };
+        .run()
+        .code(0);
+    let waiter = server
+        .redlock(&["run", "wide", "--wait", "20s", "--", "sh", "-c"])
+        .arg(&long_command)
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        server.cmd::<i64>(&["ZCARD", "redlock:{wide}:queue"]) == 1
+    }));
+    server
+        .redlock(&["run", "--min-hold", "1m", "kept", "--", "true"])
+        .run()
+        .code(0);
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let short_host = host.split('.').next().unwrap().to_owned();
     let redlock = crate::util::REDLOCK;
-    let fitted = on_a_terminal(&format!(
-        "{redlock} list; {redlock} inspect wide; {redlock} history wide"
-    ));
+    let all = format!(
+        "{redlock} list; {redlock} inspect wide; {redlock} history wide; {redlock} inspect kept; {redlock} doctor"
+    );
+
+    let fitted = on_a_terminal(&server, 80, &all);
     for line in fitted.lines() {
         assert!(
-            line.chars().count() <= 160,
+            line.chars().count() <= 80,
             "wider than the terminal: {line}\n{fitted}"
         );
     }
-    assert!(fitted.matches('…').count() >= 6, "{fitted}");
-    assert!(!fitted.contains(&long_note), "{fitted}");
-    let wide = on_a_terminal(&format!(
-        "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
-    ));
+    let header = |table: &str, first: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|line| line.starts_with(first))
+            .unwrap_or_else(|| panic!("no header starting {first}:\n{table}"))
+            .split("  ")
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        header(&fitted, "LOCK"),
+        [
+            "LOCK",
+            "MODE",
+            "HOLDER",
+            "HELD",
+            "LEASE LEFT",
+            "WAITERS",
+            "COMMAND"
+        ]
+    );
+    assert_eq!(
+        header(&fitted, "MODE"),
+        ["MODE", "HOLDER", "HELD", "LEASE LEFT", "COMMAND"]
+    );
+    assert_eq!(
+        header(&fitted, "QUEUE"),
+        ["QUEUE", "MODE", "WAITER", "WAITED", "COMMAND"]
+    );
+    assert_eq!(
+        header(&fitted, "STARTED"),
+        [
+            "STARTED", "DURATION", "OUTCOME", "EXIT", "HOLDER", "COMMAND"
+        ]
+    );
+    assert!(fitted.contains(&format!("{short_host}:")), "{fitted}");
+    assert!(fitted.contains(" ago "), "{fitted}");
+    assert!(fitted.contains("(min hold)"), "{fitted}");
+    assert!(
+        fitted.contains("persistence  no append-only file"),
+        "{fitted}"
+    );
+    for hidden in [
+        "FENCE",
+        "SINCE",
+        "RENEWED",
+        "NOTE",
+        &long_note[..20],
+        "T0",
+        "T1",
+        "T2",
+    ] {
+        assert!(
+            !fitted.contains(hidden),
+            "{hidden} shown on 80 columns:\n{fitted}"
+        );
+    }
+    // doctor's long lines go on under their text, none of it lost.
+    let doctor = server.redlock(&["doctor"]).run();
+    let words = |text: &str| {
+        text.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let fitted_doctor = &fitted[fitted.find("ok       server").unwrap()..];
+    assert_eq!(words(fitted_doctor), words(&doctor.stdout));
+
+    // --wide: every column, whole.
+    let wide = on_a_terminal(
+        &server,
+        80,
+        &format!(
+            "{redlock} list --wide; {redlock} inspect --wide wide; {redlock} history --wide wide"
+        ),
+    );
+    assert!(wide.contains("FENCE") && wide.contains("SINCE"), "{wide}");
     // list, inspect (its holder and its last run), history (both holds).
     assert_eq!(wide.matches(long_note.as_str()).count(), 5, "{wide}");
+    assert!(wide.contains(&long_command), "{wide}");
+    // A pipe: the same.
     for args in [&["list"][..], &["inspect", "wide"], &["history", "wide"]] {
         server
             .redlock(args)
             .run()
             .code(0)
-            .stdout_contains(&long_note);
+            .stdout_contains(&long_note)
+            .stdout_contains("FENCE");
     }
-    let empty = on_a_terminal(&format!("{redlock} --prefix nothing: list"));
+    let empty = on_a_terminal(&server, 80, &format!("{redlock} --prefix nothing: list"));
     assert!(
         empty.contains(&format!(
             "no locks are held under prefix 'nothing:' on {}, database 0",
@@ -548,6 +809,8 @@ fn tables_fit_a_terminal_and_never_cut_a_pipe() {
         )),
         "{empty}"
     );
+    waiter.signal("TERM");
+    waiter.wait(Duration::from_secs(10)).code(143);
 }
 
 #[test]

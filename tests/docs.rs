@@ -415,6 +415,53 @@ fn help_tables_are_aligned_and_fit_80_columns() {
     }
 }
 
+/// Help is wrapped at the terminal's width, at most 100 columns: on an 80-column terminal no
+/// line is wider (also one that reports no rows, as `script` and some consoles do: `run -h`
+/// was wrapped at 100 there, 37 of its 79 lines wider than 80); on a wider one and in a pipe,
+/// at 100.
+#[test]
+fn help_is_wrapped_at_the_terminals_width() {
+    let widest = |columns: &str, args: &str| -> usize {
+        let out = std::process::Command::new("script")
+            .args([
+                "-qfec",
+                &format!("stty {columns}; {} {args}", crate::util::REDLOCK),
+                "/dev/null",
+            ])
+            .output()
+            .expect("script(1) from util-linux");
+        assert!(
+            out.status.code() == Some(if args.is_empty() { 64 } else { 0 }),
+            "{args}: {out:?}"
+        );
+        let shown = String::from_utf8_lossy(&out.stdout);
+        // (clap's bold and underline: ESC [ ... m)
+        let mut plain = String::new();
+        let mut chars = shown.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                chars.by_ref().find(|&c| c == 'm');
+            } else if c != '\r' {
+                plain.push(c);
+            }
+        }
+        plain
+            .lines()
+            .map(|line| line.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    for args in ["-h", "run -h", "run --help", "help run", "acquire -h", ""] {
+        assert!(widest("cols 80", args) <= 80, "redlock {args}");
+        assert!(widest("rows 30 cols 80", args) <= 80, "redlock {args}");
+        let wide = widest("rows 30 cols 160", args);
+        assert!(wide > 80 && wide <= 100, "redlock {args}: {wide}");
+    }
+    let piped = crate::util::Redlock::new(&["run", "--help"]).run();
+    let widest_piped = piped.stdout.lines().map(|line| line.chars().count()).max();
+    assert!(widest_piped.is_some_and(|width| width > 80 && width <= 100));
+}
+
 /// The reference's JSON examples (docs/reference.md) have exactly the fields `inspect --json`,
 /// `history --json` and `check --json` print, at every level (holders, waiters, last run, the
 /// holds check names).
@@ -742,6 +789,270 @@ fn readme_recipes_work() {
     }
 }
 
+/// The README's table for people coming from flock, consul lock and etcdctl lock: the row
+/// for `etcdctl lock NAME` (a lock held across commands) takes and gives back the lock as
+/// written. Repro: it said "later `redlock release NAME`", which fails without the token.
+#[test]
+fn readme_etcdctl_row_releases_what_it_takes() {
+    use crate::util::{REDLOCK, RedisServer};
+    let readme = doc("README.md");
+    let row = readme
+        .lines()
+        .find(|line| line.starts_with("| `etcdctl lock NAME` (holds"))
+        .expect("README's etcdctl row");
+    let cell = row.split(" | ").nth(1).unwrap();
+    let commands: Vec<String> = cell
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|code| code.replace("NAME", "etcd-style").replace(" D", " 30s"))
+        .collect();
+    assert_eq!(commands.len(), 2, "{row}");
+    let server = RedisServer::start();
+    let path = format!(
+        "{}:{}",
+        Path::new(REDLOCK).parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-ec")
+        .arg(format!(
+            "{}\nredlock inspect etcd-style >/dev/null\n{}\n",
+            commands[0], commands[1]
+        ))
+        .env("REDLOCK_URL", server.url())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{commands:?}: {out:?}"
+    );
+    assert_eq!(server.keys_but_history(), ["redlock:{etcd-style}:fence"]);
+}
+
+/// The README's ```console blocks: each `$ command` and the lines shown after it.
+fn console_blocks() -> Vec<Vec<(String, Vec<String>)>> {
+    let readme = doc("README.md");
+    let mut blocks = Vec::new();
+    for block in readme.split("```console\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+        for line in block.lines() {
+            match line.strip_prefix("$ ") {
+                Some(command) => commands.push((command.to_owned(), Vec::new())),
+                None => commands.last_mut().unwrap().1.push(line.to_owned()),
+            }
+        }
+        blocks.push(commands);
+    }
+    blocks
+}
+
+/// Runs `commands` one after the other in one shell on an 80-column terminal (script(1)), as
+/// a person types them (redlock on PATH, in `dir`, USER=ci, REDLOCK_URL set): what each
+/// showed, by lines.
+fn run_console(
+    server: &crate::util::RedisServer,
+    dir: &Path,
+    commands: &[String],
+) -> Vec<Vec<String>> {
+    let mut lines = format!(
+        "stty cols 80; cd '{}'; export PATH='{}':\"$PATH\" USER=ci REDLOCK_URL='{}'\n",
+        dir.display(),
+        Path::new(crate::util::REDLOCK).parent().unwrap().display(),
+        server.url()
+    );
+    for command in commands {
+        // (`echo $?` in an example sees the status of the command before it.)
+        lines.push_str(&format!(
+            "{command}\n__s=$?; printf '@@@\\n'; (exit $__s)\n"
+        ));
+    }
+    let out = std::process::Command::new("script")
+        .args(["-qfec", &lines, "/dev/null"])
+        .output()
+        .expect("script(1) from util-linux");
+    let shown = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let mut outputs: Vec<Vec<String>> = shown
+        .split("@@@\n")
+        .map(|part| part.lines().map(str::to_owned).collect())
+        .collect();
+    outputs.truncate(commands.len());
+    assert_eq!(outputs.len(), commands.len(), "{shown}");
+    outputs
+}
+
+/// A line of output with what changes from run to run made alike: every number, time and
+/// fence `#`, every duration (however many parts) `D`, runs of spaces one.
+fn shape(line: &str) -> String {
+    let mut numbered = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            let mut run = c.to_string();
+            while let Some(next) = chars
+                .peek()
+                .copied()
+                .filter(|next| next.is_ascii_digit() || ".:-TZ".contains(*next))
+            {
+                run.push(next);
+                chars.next();
+            }
+            // A fence (16 digits, or a pid's few) is not just any number.
+            let long = run.len() >= 10 && run.chars().all(|c| c.is_ascii_digit());
+            numbered.push_str(if long { "##" } else { "#" });
+        } else {
+            numbered.push(c);
+        }
+    }
+    let mut words: Vec<String> = Vec::new();
+    for word in numbered.split_whitespace() {
+        let core = word
+            .trim_start_matches('(')
+            .trim_end_matches([',', ';', ')']);
+        let (head, rest) = word.split_at(word.find(core).unwrap_or(0));
+        let tail = &rest[core.len()..];
+        let units = ["ms", "s", "m", "min", "h", "d", "day", "days", "w"];
+        let duration = core
+            .strip_prefix('#')
+            .is_some_and(|unit| units.contains(&unit));
+        if duration && head.is_empty() && words.last().is_some_and(|last| last == "D") {
+            words.pop();
+        }
+        words.push(match duration {
+            true => format!("{head}D{tail}"),
+            false => word.to_owned(),
+        });
+    }
+    words.join(" ")
+}
+
+/// The README's console examples are real output: each command, run against a lock in the
+/// state the example shows, prints what the example shows but for the numbers, times and
+/// durations of the moment (and the host's name). Repro: `inspect` was shown with
+/// `fence: 42` where real fences have 16 digits, in the table a pipe gets rather than the
+/// one a terminal shows.
+#[test]
+fn readme_console_examples_are_real_output() {
+    use crate::util::{RedisServer, TempDir, wait_until};
+    let blocks = console_blocks();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "README's console blocks changed: test them here"
+    );
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let host = host.split('.').next().unwrap().to_owned();
+    let compare = |block: &[(String, Vec<String>)], outputs: &[Vec<String>], hosts: &[&str]| {
+        for ((command, shown), real) in block.iter().zip(outputs) {
+            if shown.is_empty() {
+                continue; // (a command shown for what it does, not for its output)
+            }
+            let real: Vec<String> = real
+                .iter()
+                .map(|line| shape(&line.replace(&host, hosts[0])))
+                .collect();
+            let shown: Vec<String> = shown.iter().map(|line| shape(line)).collect();
+            assert_eq!(real, shown, "$ {command}");
+        }
+    };
+
+    // The operator's: a deploy held, its table as an 80-column terminal shows it, and a forced
+    // release.
+    let server = RedisServer::start();
+    let dir = TempDir::new("readme-console");
+    std::fs::write(dir.path().join("deploy.sh"), "#!/bin/sh\nsleep 60\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.path().join("deploy.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let mut deploy = std::process::Command::new(crate::util::REDLOCK)
+        .args(["run", "--key", "deploy", "--", "./deploy.sh"])
+        .current_dir(dir.path())
+        .env("REDLOCK_URL", server.url())
+        .env("USER", "ci")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        server.cmd::<i64>(&["EXISTS", "redlock:{deploy}:holders"]) == 1
+    }));
+    let commands: Vec<String> = blocks[0]
+        .iter()
+        .map(|(command, _)| command.clone())
+        .collect();
+    let outputs = run_console(&server, dir.path(), &commands);
+    compare(&blocks[0], &outputs, &["web1"]);
+    let _ = deploy.kill();
+    let _ = deploy.wait();
+
+    // "Did it run?": a report that succeeded 3h 12m ago on web2, and a backup that last
+    // succeeded 30 h ago on db1, then expired there, then failed on db2.
+    let server = RedisServer::start();
+    let hold = |key: &str, args: &[&str]| {
+        server
+            .redlock(&[&["run", "--key", key, "--"][..], args].concat())
+            .run();
+    };
+    hold("nightly-report", &["true"]);
+    hold("backup", &["true"]);
+    server
+        .redlock(&["acquire", "--key", "backup", "--ttl", "1s"])
+        .run()
+        .code(0);
+    assert!(wait_until(std::time::Duration::from_secs(5), || {
+        server.cmd::<i64>(&["EXISTS", "redlock:{backup}:holders"]) == 0
+    }));
+    hold("backup", &["sh", "-c", "exit 1"]);
+    let now = server.time_ms();
+    const H: u64 = 3_600_000;
+    const M: u64 = 60_000;
+    // Each hold's host, start and end (ms before now), oldest first.
+    for (key, holds) in [
+        (
+            "nightly-report",
+            &[("web2", 3 * H + 16 * M + 10_000, 3 * H + 12 * M)][..],
+        ),
+        (
+            "backup",
+            &[
+                ("db1", 30 * H + 40 * M, 30 * H),
+                ("db1", 25 * H, 24 * H),
+                ("db2", 6 * H + 2 * M, 6 * H),
+            ],
+        ),
+    ] {
+        let history = format!("redlock:{{{key}}}:history");
+        let entries: Vec<(String, String)> =
+            server.cmd(&["ZRANGE", &history, "0", "-1", "WITHSCORES"]);
+        assert_eq!(entries.len(), holds.len(), "{entries:?}");
+        for ((entry, score), (host, since, end)) in entries.iter().zip(holds) {
+            let mut value: serde_json::Value = serde_json::from_str(entry).unwrap();
+            value["host"] = (*host).into();
+            value["since"] = (now - since).into();
+            match value.get("ended") {
+                Some(_) => {
+                    value["ended"] = (now - end).into();
+                    value["exp"] = (now - end + 30_000).into();
+                }
+                None => value["exp"] = (now - end).into(),
+            }
+            server.cmd::<()>(&["ZREM", &history, entry]);
+            server.cmd::<()>(&["ZADD", &history, score, &value.to_string()]);
+        }
+    }
+    let commands: Vec<String> = blocks[1]
+        .iter()
+        .map(|(command, _)| command.clone())
+        .collect();
+    let outputs = run_console(&server, dir.path(), &commands);
+    compare(&blocks[1], &outputs, &["web2"]);
+}
+
 /// `--log-format json`: every stderr line is a JSON object whose fields are the ones the
 /// README documents, with those it marks "always" present.
 #[test]
@@ -805,7 +1116,7 @@ fn json_log_lines_follow_the_documented_schema() {
                     "{name} missing: {line}"
                 );
             }
-            if record["level"] == "error" {
+            if record["level"] == "error" || !record["exit"].is_null() {
                 assert_eq!(record["exit"], code, "{line}");
             }
         }

@@ -221,8 +221,10 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
 
 /// The release tarball of each architecture: SHA256SUMS verifies it; it unpacks into one
 /// directory named for the version and the target, holding the binary, the committed man
-/// pages and completion scripts, the README and the licences; the binary runs from there (the
-/// aarch64 one under qemu-user), and says the version, commit and target of its name.
+/// pages and completion scripts, the README, the documents it links to (docs/, lua/README.md)
+/// and the licences; the binary runs from there (the aarch64 one under qemu-user), and says
+/// the version, commit and target of its name; no link of its documents leads to a missing
+/// file. Repro: it held README.md without docs/, whose links were all dead.
 #[test]
 fn release_tarball_verifies_unpacks_and_runs() {
     let dir = TempDir::new("tarball");
@@ -258,6 +260,8 @@ fn release_tarball_verifies_unpacks_and_runs() {
                 "LICENSE-MIT",
                 "README.md",
                 "completions",
+                "docs",
+                "lua",
                 "man",
                 "redlock"
             ]
@@ -268,12 +272,23 @@ fn release_tarball_verifies_unpacks_and_runs() {
         for (unpacked, committed) in [
             (tree.join("man"), root.join("man")),
             (tree.join("completions"), root.join("completions")),
+            (tree.join("docs"), root.join("docs")),
         ] {
             same_files(&unpacked, &committed);
         }
-        for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        for file in [
+            "README.md",
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+            "lua/README.md",
+        ] {
             assert_eq!(read(&tree.join(file)), read(&root.join(file)), "{file}");
         }
+        assert_eq!(
+            names(&tree.join("lua")),
+            BTreeSet::from(["README.md".to_owned()])
+        );
+        assert_eq!(dead_links(&tree), Vec::<String>::new());
         assert_eq!(mode(&tree.join("redlock")), 0o755);
         assert_eq!(dist::elf_arch(&tree.join("redlock")), arch_of(target));
         if arch_of(target) != std::env::consts::ARCH && dist::qemu_aarch64_or_skip().is_none() {
@@ -327,6 +342,10 @@ fn deb_installs_into_a_temporary_root_and_removes_every_file() {
     }
     expected.insert((
         "usr/share/lintian/overrides/redlock".to_owned(),
+        "-rw-r--r--",
+    ));
+    expected.insert((
+        "usr/share/doc/redlock/lua/README.md".to_owned(),
         "-rw-r--r--",
     ));
     for target in &targets {
@@ -385,6 +404,10 @@ fn deb_installs_and_removes(dir: &Path, deb: &Path, target: &str) {
     if arch_of(target) == std::env::consts::ARCH || dist::qemu_aarch64_or_skip().is_some() {
         assert_eq!(version_line(&binary), version_line_for(target));
     }
+    assert_eq!(
+        dead_links(&usr.join("share/doc/redlock")),
+        Vec::<String>::new()
+    );
     for (file, installed) in DEB_COMPLETIONS {
         assert_eq!(
             read(&system.join(installed)),
@@ -442,9 +465,56 @@ fn deb_installs_and_removes(dir: &Path, deb: &Path, target: &str) {
     assert!(left.is_empty(), "dpkg -r left {left:?}");
 }
 
+/// README's first block takes a newcomer with a clone and a Redis from nothing to a locked
+/// command in two commands: build and install from the checkout, then run. (cargo's build
+/// is not repeated here; the binary it makes is the one under test, put where it installs
+/// it.) Repro: the first block needed release files that exist nowhere yet.
+#[test]
+fn readme_starts_with_two_commands_from_a_checkout() {
+    let readme = read(&Path::new(ROOT).join("README.md"));
+    let first = readme_block(&readme, "## From nothing");
+    let commands: Vec<&str> = first
+        .lines()
+        .map(|line| line.split("  #").next().unwrap().trim())
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    assert_eq!(commands.len(), 2, "{first}");
+    assert_eq!(commands[0], "cargo install --locked --path .", "{first}");
+    assert!(
+        readme.find("```sh").unwrap() > readme.find("## From nothing").unwrap(),
+        "the README's first commands are not this block"
+    );
+    let server = RedisServer::start();
+    let home = TempDir::new("newcomer");
+    let cargo_bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&cargo_bin).unwrap();
+    std::fs::copy(REDLOCK, cargo_bin.join("redlock")).unwrap();
+    let run = commands[1].replace("redis://redis.internal:6379", &server.url());
+    assert_ne!(
+        run, commands[1],
+        "the run names no Redis URL to point at the test's"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &run])
+        .env("HOME", home.path())
+        // (rustup's ~/.cargo/env puts ~/.cargo/bin on PATH.)
+        .env(
+            "PATH",
+            format!("{}:{}", cargo_bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env_remove("REDLOCK_URL")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{run}: {out:?}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "I hold the lock\n");
+}
+
 /// README's install commands, exactly as written but for /usr/local (a directory of the test
 /// that only root may write) and the Redis URL, run by a throwaway user that has sudo, in its
-/// login shell: the lead ("From nothing"), the tarball's, and the cargo user's (the binary
+/// login shell: the release files' block of "From nothing", the tarball's, and the cargo user's (the binary
 /// `cargo install` would build placed in its ~/.cargo/bin: the user has no toolchain).
 #[test]
 fn readme_install_commands_work_for_a_user_with_sudo() {
@@ -460,7 +530,7 @@ fn readme_install_commands_work_for_a_user_with_sudo() {
             );
         }
     }
-    let lead = readme_block(&readme, "## From nothing");
+    let lead = readme_block(&readme, "For the hosts that run the job, the release files");
     let tarball = readme_block(&readme, "**From the release tarball**");
     let cargo = readme_block(&readme, "**With cargo**");
     let file = format!("redlock-{VERSION}-x86_64-unknown-linux-musl.tar.gz");
@@ -921,6 +991,31 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 }
 
 /// The first ```sh block after `lead` in `readme`.
+/// The links of the Markdown files under `root` (`[text](target)`) that lead to no file
+/// there: `file: target`. Web addresses and links within a page are not followed.
+fn dead_links(root: &Path) -> Vec<String> {
+    let mut dead = Vec::new();
+    for file in walk(root) {
+        if file.extension().is_none_or(|extension| extension != "md") {
+            continue;
+        }
+        let path = root.join(&file);
+        for target in read(&path).split("](").skip(1) {
+            let Some(end) = target.find(')') else {
+                continue;
+            };
+            let target = target[..end].split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if !path.parent().unwrap().join(target).exists() {
+                dead.push(format!("{}: {target}", file.display()));
+            }
+        }
+    }
+    dead
+}
+
 fn readme_block(readme: &str, lead: &str) -> String {
     let from = readme
         .find(lead)

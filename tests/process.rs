@@ -82,6 +82,52 @@ fn closed_standard_descriptors_do_not_break_the_lock() {
     }
 }
 
+/// A standard descriptor the caller closed is closed for the command too, as it would be
+/// without redlock (std puts /dev/null in its place for redlock itself). Repro: `redlock run
+/// --key k -- /bin/echo hi >&-` exited 0 (the words went to /dev/null); `/bin/echo hi >&-`
+/// exits 1, "Bad file descriptor".
+#[test]
+fn a_descriptor_the_caller_closed_is_closed_for_the_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("closed-fds");
+    for fd in 0..3 {
+        let seen = dir.path().join(format!("fd{fd}"));
+        // What the command finds at `fd`: "closed", or where it leads.
+        let probe = format!(
+            "exec 9>{}; if [ -e /proc/$$/fd/{fd} ]; then readlink /proc/$$/fd/{fd} >&9; else echo closed >&9; fi",
+            seen.display()
+        );
+        server
+            .redlock(&["run", "--key", "k", "--", "sh", "-c", &probe])
+            .after_shell(&format!("exec {fd}>&-"))
+            .run()
+            .code(0);
+        assert_eq!(
+            std::fs::read_to_string(&seen).unwrap().trim(),
+            "closed",
+            "fd {fd}"
+        );
+        // An open one is passed on as it is.
+        server
+            .redlock(&["run", "--key", "k", "--", "sh", "-c", &probe])
+            .run()
+            .code(0);
+        assert_ne!(std::fs::read_to_string(&seen).unwrap().trim(), "closed");
+    }
+    // The command's own status, as without redlock.
+    let without = Command::new("bash")
+        .args(["-c", "exec >&-; exec /bin/echo hi"])
+        .status()
+        .unwrap();
+    assert_eq!(without.code(), Some(1));
+    server
+        .redlock(&["run", "--key", "k", "--", "/bin/echo", "hi"])
+        .after_shell("exec >&-")
+        .run()
+        .code(1)
+        .stderr_contains("Bad file descriptor");
+}
+
 /// What a command prints is output: a stdout the caller closed (`>&-`; std puts /dev/null in
 /// its place) or a full disk is exit 74 with one line, for every command that prints, help and
 /// version included. Repro: `metrics >&-`, `--version >&-`, `--help >/dev/full` exited 0.
@@ -465,11 +511,11 @@ fn each_stderr_line_is_one_write() {
         &[
             "run",
             "--key",
-            "other",
-            "--kill-after",
-            "30s",
-            "--ttl",
-            "2s",
+            "k",
+            "--wait",
+            "1s",
+            "--progress-every",
+            "200ms",
             "--",
             "true",
         ],

@@ -676,6 +676,48 @@ fn a_waiter_whose_redis_never_comes_back_exits_69_when_the_wait_ends() {
     );
 }
 
+/// While a waiter cannot reach Redis it says so at every progress interval, in a log as on a
+/// terminal: for how long Redis has been unreachable, and how much longer it will try. Repro:
+/// one warning, then silence until the wait ended (an hour, in the README's CI example).
+#[test]
+fn a_waiter_says_at_every_progress_interval_that_redis_is_unreachable() {
+    let mut server = RedisServer::start();
+    let _token = hold(&server, "60s");
+    let waiter = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--wait",
+            "4500ms",
+            "--progress-every",
+            "1s",
+            "--",
+            "true",
+        ])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    server.kill();
+    let out = waiter.wait(Duration::from_secs(15));
+    out.code(69);
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|line| line.contains("Redis unreachable for"))
+        .collect();
+    assert!(said.len() >= 2, "{}", out.stderr);
+    for line in &said {
+        assert!(
+            line.starts_with("redlock: waiting for lock 'job': Redis unreachable for ")
+                && line.contains("connection refused")
+                && line.contains("; trying for ")
+                && line.ends_with(" more"),
+            "{line}\n{}",
+            out.stderr
+        );
+    }
+}
+
 /// A signal ends a wait within a second even when Redis hangs: while queued (leaving the queue
 /// is tried, bounded, and what could not be cleaned is said), and during the first request.
 #[test]
@@ -766,39 +808,52 @@ fn a_waiter_in_a_ci_log_reports_progress() {
     assert_ne!(held.first(), held.last(), "{held:?}");
 }
 
-/// On a terminal the status line is redrawn in place and never wider than the terminal.
+/// On a terminal the status line is redrawn in place and never wider than the terminal; what
+/// gives way is the holder's command and note, never the place in the queue and the time left.
+/// Repro: at 80 columns the line was cut to `...; po…`.
 #[test]
-fn the_status_line_fits_the_terminal() {
+fn the_status_line_fits_the_terminal_keeping_the_place_and_the_time_left() {
     let server = RedisServer::start();
-    let token = hold(&server, "60s");
-    let inner = format!(
-        "stty cols 60; {} acquire --key job --ttl 10s --wait 2s",
-        crate::util::REDLOCK
-    );
-    let out = std::process::Command::new("script")
-        .args(["-qfec", &inner, "/dev/null"])
-        .env("REDLOCK_URL", server.url())
-        .stdin(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
-    let drawn: Vec<&str> = shown
-        .split('\r')
-        .filter_map(|part| part.strip_prefix("\x1b[K"))
-        .filter(|part| part.starts_with("redlock: waiting"))
-        .collect();
-    assert!(!drawn.is_empty(), "{shown:?}");
-    for line in drawn {
-        assert!(
-            line.chars().count() < 60,
-            "{} columns: {line:?}",
-            line.chars().count()
+    let holder = server
+        .redlock(&["run", "--key", "job", "--ttl", "60s", "--note"])
+        .arg("deploying release 2026.11.22 to production, ticket OPS-1234")
+        .args(&["--", "sh", "-c", "sleep 30; echo a long command line"])
+        .spawn();
+    assert!(crate::util::wait_until(Duration::from_secs(10), || {
+        server.cmd::<i64>(&["EXISTS", "redlock:{job}:holders"]) == 1
+    }));
+    for columns in [80, 60] {
+        let inner = format!(
+            "stty cols {columns}; {} acquire --key job --ttl 10s --wait 1500ms",
+            crate::util::REDLOCK
         );
+        let out = std::process::Command::new("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .env("REDLOCK_URL", server.url())
+            .stdin(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        let drawn: Vec<&str> = shown
+            .split('\r')
+            .filter_map(|part| part.strip_prefix("\x1b[K"))
+            .filter(|part| part.starts_with("redlock: ") && !part.contains("still busy"))
+            .collect();
+        assert!(drawn.len() >= 2, "{shown:?}");
+        for line in drawn {
+            assert!(
+                line.chars().count() < columns,
+                "{} columns: {line:?}",
+                line.chars().count()
+            );
+            assert!(
+                line.contains("(place 1 of 1, ") && line.contains(" left)"),
+                "{columns} columns: {line:?}"
+            );
+        }
     }
-    server
-        .redlock(&["release", "--key", "job", "--token", &token])
-        .run()
-        .code(0);
+    holder.signal("TERM");
+    holder.wait(Duration::from_secs(10)).code(143);
 }
 
 /// A wait that runs out reports the holder as of then: "held for" counts the wait itself,

@@ -338,7 +338,10 @@ impl<'a> Acquirer<'a> {
                 "{err:#}; retrying while the wait lasts (next in {})",
                 duration::display(pause)
             ));
-        } else {
+        }
+        // Said at every progress interval (every second on a terminal) until Redis answers.
+        self.status.unreachable(format!("{err:#}"));
+        if count > 1 {
             self.log.step(format_args!(
                 "{err:#}; retrying in {}",
                 duration::display(pause)

@@ -32,6 +32,8 @@ pub(super) struct Status<'a> {
     progress_every: Option<Duration>,
     place: Option<Place>,
     drawn_at: Option<BootInstant>,
+    /// Redis has not answered since then, and the last error said why.
+    unreachable: Option<(BootInstant, String)>,
 }
 
 impl<'a> Status<'a> {
@@ -50,50 +52,140 @@ impl<'a> Status<'a> {
             progress_every,
             place: None,
             drawn_at: None,
+            unreachable: None,
         }
     }
 
-    fn line(&self) -> String {
-        let key = printable(self.key);
+    /// A request failed for want of Redis (`why`). The warning of the first failure is the
+    /// first line; from then on each line says for how long Redis has been unreachable, and
+    /// how much longer the wait tries.
+    pub(super) fn unreachable(&mut self, why: String) {
         let now = BootInstant::now();
-        let waited = match self.deadline {
-            Some(deadline) => format!(
-                "waited {}, {} left",
-                duration::display(now.since(self.started)),
-                duration::display(deadline.since(now))
+        let since = self.unreachable.take().map_or(now, |(since, _)| since);
+        self.unreachable = Some((since, why));
+        self.drawn_at.get_or_insert(now);
+    }
+
+    /// Redis answered again.
+    pub(super) fn reachable(&mut self) {
+        self.unreachable = None;
+    }
+
+    /// The line while Redis cannot be reached.
+    fn unreachable_line(&self, since: BootInstant, why: &str) -> String {
+        let now = BootInstant::now();
+        format!(
+            "waiting for lock '{}': Redis unreachable for {} ({}); {}",
+            printable(self.key),
+            duration::display(now.since(since)),
+            printable(why),
+            self.trying(now)
+        )
+    }
+
+    /// The line as a log shows it: every figure whole.
+    fn line(&self) -> String {
+        if let Some((since, why)) = &self.unreachable {
+            return self.unreachable_line(*since, why);
+        }
+        let pieces = self.pieces();
+        let key = &pieces.key;
+        let waited = match &pieces.left {
+            Some(left) => format!("waited {}, {left} left", pieces.waited),
+            None => format!("waited {}", pieces.waited),
+        };
+        match (&pieces.holder, &pieces.place) {
+            (Some(holder), Some(place)) => format!(
+                "waiting for lock '{key}': {}; {place}; {waited}",
+                holder.describe(false)
             ),
-            None => format!("waited {}", duration::display(now.since(self.started))),
+            _ => format!("waiting for lock '{key}'; {waited}"),
+        }
+    }
+
+    /// The line a terminal shows, in at most `width` characters: what must stay first (the
+    /// lock, the place in the queue, the time left), then who holds it and for how long, the
+    /// holder's command and note last, and the end cut to fit. (The log's order, cut at 80
+    /// columns, lost the place and the time left: `...; po…`.)
+    fn fitted_line(&self, width: usize) -> String {
+        let line = match &self.unreachable {
+            Some((since, why)) => {
+                let now = BootInstant::now();
+                format!(
+                    "waiting for lock '{}' (Redis unreachable for {}, {}): {}",
+                    printable(self.key),
+                    duration::display(now.since(*since)),
+                    self.trying(now),
+                    printable(why)
+                )
+            }
+            None => {
+                let pieces = self.pieces();
+                // ("place": the short word, where columns are few.)
+                let mut figures: Vec<String> = pieces
+                    .place
+                    .iter()
+                    .map(|place| place.replacen("position", "place", 1))
+                    .collect();
+                figures.push(match &pieces.left {
+                    Some(left) => format!("{left} left"),
+                    None => format!("waited {}", pieces.waited),
+                });
+                let head = format!("waiting for lock '{}' ({})", pieces.key, figures.join(", "));
+                match &pieces.holder {
+                    Some(holder) => format!("{head}: {}", holder.describe(true)),
+                    None => head,
+                }
+            }
         };
-        let Some(place) = &self.place else {
-            return format!("waiting for lock '{key}'; {waited}");
-        };
-        let holder = match &place.holder {
+        cut(&line, width)
+    }
+
+    /// How much longer the wait tries.
+    fn trying(&self, now: BootInstant) -> String {
+        match self.deadline {
+            Some(deadline) => format!("trying for {} more", duration::display(deadline.since(now))),
+            None => "trying until it answers (--wait forever)".to_owned(),
+        }
+    }
+
+    fn pieces(&self) -> Pieces {
+        let now = BootInstant::now();
+        let holder = self.place.as_ref().map(|place| match &place.holder {
             Some(holder) => {
                 // As of now: the server's time of the report, plus the time since.
                 let held = Duration::from_millis(place.now.saturating_sub(holder.since))
                     + now.since(place.received);
-                let note = match &holder.who.note {
-                    Some(note) => format!("; {}", shown(note)),
-                    None => String::new(),
-                };
-                format!(
-                    "held by {} pid {} ({}{note}) for {}",
-                    shown(&holder.who.host),
-                    holder.who.pid,
-                    shown(&holder.who.command),
-                    duration::display(held)
-                )
+                let mut command = shown(&holder.who.command);
+                if let Some(note) = &holder.who.note {
+                    command.push_str(&format!("; {}", shown(note)));
+                }
+                Who::Holder {
+                    host: shown(&holder.who.host),
+                    pid: holder.who.pid,
+                    command,
+                    held: duration::display(held),
+                }
             }
-            None => "being handed over".to_owned(),
-        };
-        format!(
-            "waiting for lock '{key}': {holder}; position {} of {}; {waited}",
-            place.position, place.length
-        )
+            None => Who::HandedOver,
+        });
+        Pieces {
+            key: printable(self.key),
+            holder,
+            place: self
+                .place
+                .as_ref()
+                .map(|place| format!("position {} of {}", place.position, place.length)),
+            waited: duration::display(now.since(self.started)),
+            left: self
+                .deadline
+                .map(|deadline| duration::display(deadline.since(now))),
+        }
     }
 
     /// A refresh's news: the same wait, another place in the queue.
     pub(super) fn moved(&mut self, position: usize, length: usize) {
+        self.unreachable = None;
         if let Some(place) = &mut self.place {
             place.position = position;
             place.length = length;
@@ -101,6 +193,7 @@ impl<'a> Status<'a> {
     }
 
     pub(super) fn update(&mut self, place: Place) {
+        self.unreachable = None;
         let first = self.place.is_none();
         self.place = Some(place);
         if self.terminal || first {
@@ -127,14 +220,10 @@ impl<'a> Status<'a> {
 
     fn draw(&mut self) {
         if self.terminal {
-            let line = self.line();
             // One column short: a line as wide as the terminal wraps on some terminals.
             let fitted = match crate::log::terminal_width() {
-                Some(width) if line.chars().count() + "redlock: ".len() >= width => {
-                    let keep = width.saturating_sub("redlock: ".len() + 2);
-                    format!("{}…", line.chars().take(keep).collect::<String>())
-                }
-                _ => line,
+                Some(width) => self.fitted_line(width.saturating_sub("redlock: ".len() + 1)),
+                None => self.line(),
             };
             crate::log::redraw(&fitted);
         } else {
@@ -160,4 +249,59 @@ impl<'a> Status<'a> {
             duration::display(BootInstant::now().since(self.started))
         ));
     }
+}
+
+/// The figures of a status line, as text.
+struct Pieces {
+    key: String,
+    /// `None` before Redis first answered.
+    holder: Option<Who>,
+    place: Option<String>,
+    waited: String,
+    left: Option<String>,
+}
+
+/// Who has the lock, as a status line names it.
+enum Who {
+    Holder {
+        host: String,
+        pid: u32,
+        /// The command, and the note after a `; `.
+        command: String,
+        held: String,
+    },
+    /// Handed to the waiter before this one, which has not taken it up yet.
+    HandedOver,
+}
+
+impl Who {
+    /// `held by HOST pid PID (COMMAND) for HELD`; with `command_last`, the command after the
+    /// time held (a terminal's line is cut from its end).
+    fn describe(&self, command_last: bool) -> String {
+        match self {
+            Who::Holder {
+                host,
+                pid,
+                command,
+                held,
+            } if command_last => format!("held by {host} pid {pid} for {held} ({command})"),
+            Who::Holder {
+                host,
+                pid,
+                command,
+                held,
+            } => format!("held by {host} pid {pid} ({command}) for {held}"),
+            Who::HandedOver => "being handed over".to_owned(),
+        }
+    }
+}
+
+/// `text` in at most `width` characters, an ellipsis where it was cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }

@@ -200,31 +200,49 @@ pub struct RunArgs {
     )]
     pub shell_command: Option<String>,
 
-    /// The command and its arguments, run directly without a shell; without --key, the lock's
-    /// name comes first (`redlock run NAME -- COMMAND...`)
+    /// Name of the lock, instead of --key; with --key and no `--`, the command's first word
+    #[arg(value_name = "NAME", value_parser = clap::value_parser!(std::ffi::OsString), help_heading = "Arguments", display_order = 1)]
+    pub name: Option<std::ffi::OsString>,
+
+    /// The command without `--`, as flock takes it: `redlock run NAME COMMAND...`
     ///
-    /// The command starts at `--` or at the first word that does not begin with `-`; an
-    /// unknown option before it is a usage error, not the command. Without --key its first
-    /// word is the lock's name, and the command follows (after a `--`, if given).
+    /// It starts at the first word after the name that is not one of redlock's options; from
+    /// there every word is the command's, `-` or not. A word that starts with `-` and is no
+    /// option of redlock's is a usage error, not the command.
     #[arg(
         value_name = "COMMAND",
-        trailing_var_arg = true,
         num_args = 1..,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(std::ffi::OsString),
+        help_heading = "Arguments",
+        display_order = 2
+    )]
+    pub words: Vec<std::ffi::OsString>,
+
+    /// The command and its arguments after `--`, run directly without a shell
+    ///
+    /// After `--` every word is the command's: the lock's name is never taken from there. Give
+    /// it before `--` (`redlock run NAME -- COMMAND...`, options between the two as anywhere)
+    /// or with --key.
+    #[arg(
+        value_name = "COMMAND",
+        last = true,
         value_hint = clap::ValueHint::CommandWithArguments,
-        required_unless_present = "shell_command",
-        value_parser = clap::value_parser!(std::ffi::OsString)
-    , help_heading = "Command")]
+        value_parser = clap::value_parser!(std::ffi::OsString),
+        help_heading = "Arguments",
+        display_order = 3
+    )]
     pub command: Vec<std::ffi::OsString>,
 }
 
 /// Take a lock and print its token; exit 75 if someone else holds it
 ///
-/// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms).
-/// Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
+/// On success the token is printed on stdout (with --json: key, token, fence and ttl_ms; on
+/// a lock that stays busy, --json prints key, busy and the holder). Keep the token: `release` and `extend` need it. The lock expires after --ttl unless extended.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
     /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present = "key")]
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
     pub name: Option<String>,
 
     #[command(flatten)]
@@ -234,7 +252,7 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Print a JSON object instead of the bare token
+    /// Print a JSON object instead of the bare token (also when the lock is busy)
     #[arg(long)]
     pub json: bool,
 
@@ -255,6 +273,10 @@ pub struct AcquireArgs {
     /// With --keep-alive: stop renewing this long after acquisition
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration::parse, allow_hyphen_values = true, requires = "keep_alive")]
     pub max_hold: Duration,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// The background keeper of `acquire --keep-alive` (not for direct use; the token comes in
@@ -285,7 +307,7 @@ pub struct KeepAliveArgs {
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present = "key")]
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
     pub name: Option<String>,
 
     /// Name of the lock
@@ -318,6 +340,10 @@ pub struct ReleaseArgs {
     /// Record how the work under the lock ended, for `redlock history` (e.g. `$?` in a trap)
     #[arg(long, value_name = "CODE", conflicts_with = "force", allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..=255))]
     pub exit_status: Option<i32>,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Renew the lease of a lock you hold; exit 1 if the token no longer holds it
@@ -327,7 +353,7 @@ pub struct ReleaseArgs {
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
     /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present = "key")]
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
     pub name: Option<String>,
 
     /// Name of the lock
@@ -345,6 +371,10 @@ pub struct ExtendArgs {
     /// Count the renewal as done only once N replicas acknowledged it (exit 69 otherwise)
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Show who holds a lock, since when, and for how much longer; exit 1 if it is free
@@ -354,7 +384,7 @@ pub struct ExtendArgs {
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present = "key")]
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
     pub name: Option<String>,
 
     /// Name of the lock
@@ -365,10 +395,14 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Show a lock's last holds: who, when, how long, and how each ended
@@ -382,7 +416,7 @@ pub struct InspectArgs {
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present = "key")]
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
     pub name: Option<String>,
 
     /// Name of the lock
@@ -393,10 +427,14 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Tell whether a job succeeded within a window; exit 80-83 if not
@@ -444,6 +482,10 @@ pub struct CheckArgs {
     /// data) and exit with the plugin's code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN
     #[arg(long)]
     pub nagios: bool,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Print the locks under the prefix as Prometheus metrics
@@ -463,8 +505,8 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// On a terminal, show commands and notes whole instead of fitting the table to its width
-    /// (a pipe or a file always gets them whole)
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
     #[arg(long)]
     pub wide: bool,
 }

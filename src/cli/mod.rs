@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::ffi::OsString;
+
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::duration;
@@ -116,6 +118,89 @@ fn two_columns(rows: &[(&str, &str)]) -> String {
     text
 }
 
+/// Where the command starts in `redlock [OPTIONS] run [OPTIONS] --key NAME COMMAND...`, the
+/// `--key` form without `--`: the index in `args` of the command's first word, before which
+/// the caller puts a `--`. `None` for any other command line.
+///
+/// clap alone would take that word for the name of `run NAME COMMAND...` (flock's form), and
+/// the command's options after it for redlock's own: `run --key k grep -v x` would run `grep
+/// x` verbosely. So the words are walked here as clap walks them: an option of redlock's (and
+/// its value) is skipped, and the first other word is the command's when `--key` came before
+/// it, unless `--` follows it (options aside): then it is a name, as in `run NAME -- COMMAND`,
+/// and must be K.
+pub fn command_after_key(args: &[OsString]) -> Option<usize> {
+    let before_dashes = || args.iter().skip(1).take_while(|arg| *arg != "--");
+    // Most command lines name no key: spare them building the options below.
+    let may_name_a_key = before_dashes().any(|arg| {
+        let arg = arg.to_string_lossy();
+        arg == "--key"
+            || arg.starts_with("--key=")
+            || (arg.starts_with('-') && !arg.starts_with("--") && arg.contains('k'))
+    });
+    if !may_name_a_key {
+        return None;
+    }
+    let global = Global::augment_args(clap::Command::new("redlock"));
+    let run = RunArgs::augment_args(clap::Command::new("run"));
+    let options: Vec<&clap::Arg> = global
+        .get_arguments()
+        .chain(run.get_arguments())
+        .filter(|arg| !arg.is_positional())
+        .collect();
+    let takes_value = |arg: &clap::Arg| arg.get_action().takes_values();
+    let mut in_run = false;
+    let mut key = false;
+    // The first word after `run --key K`: the command's, unless a `--` follows it.
+    let mut command = None;
+    let mut at = 1;
+    while at < args.len() {
+        let word = args[at].to_string_lossy();
+        if word == "--" {
+            // `run --key K WORD -- COMMAND`: WORD names the lock (and must be K).
+            return None;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (long, false),
+            };
+            key |= in_run && name == "key";
+            let option = options.iter().find(|arg| arg.get_long() == Some(name));
+            if !attached && option.is_some_and(|option| takes_value(option)) {
+                at += 1;
+            }
+        } else if word.len() > 1 && word.starts_with('-') {
+            // A cluster of short options (-qv), the last of which may take a value, attached
+            // (-w60) or as the next word.
+            for (offset, short) in word.char_indices().skip(1) {
+                key |= in_run && short == 'k';
+                let option = options.iter().find(|arg| arg.get_short() == Some(short));
+                if option.is_some_and(|option| takes_value(option)) {
+                    if offset + short.len_utf8() == word.len() {
+                        at += 1;
+                    }
+                    break;
+                }
+            }
+        } else if !in_run {
+            // The subcommand: only `run` takes a command.
+            if word != "run" {
+                return None;
+            }
+            in_run = true;
+        } else if let Some(first) = command {
+            // A second word: the first began the command.
+            return Some(first);
+        } else if key {
+            command = Some(at);
+        } else {
+            return None;
+        }
+        at += 1;
+    }
+    command
+}
+
 /// What `redlock --version` prints after the name: the version, the commit it was built from
 /// and the target, e.g. `0.1.0 (abc1234 x86_64-unknown-linux-musl)` (build.rs finds the
 /// last two). The manual pages name the version alone, so that they do not change with
@@ -129,6 +214,9 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// The widest help is wrapped to, on a wider terminal or none.
+pub(crate) const HELP_WIDTH: usize = 100;
+
 /// Locks for shell scripts, cron jobs and CI pipelines, shared across hosts through Redis.
 ///
 /// A lock is a key in Redis with a lease (TTL): whoever takes it gets a secret token, and only
@@ -136,7 +224,7 @@ pub const VERSION: &str = concat!(
 /// acquisition also hands out a fencing token, a number that only ever grows, which a resource
 /// can check to refuse a holder whose lease ran out.
 #[derive(Debug, Parser)]
-#[command(name = "redlock", version, max_term_width = 100)]
+#[command(name = "redlock", version, max_term_width = HELP_WIDTH)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

@@ -9,7 +9,7 @@ use crate::acquire::Outcome;
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Lease, Lock, ReleaseRequest};
+use crate::lock::{Ending, Holder, Identity, Lease, Lock, ReleaseRequest};
 use crate::log::printable;
 use crate::signals::Signals;
 use crate::store::ReleaseBound;
@@ -29,8 +29,12 @@ struct Acquired<'a> {
 }
 
 pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(args.lock.key.as_deref(), args.name.as_deref())?)?;
-    if context.inherited.stdout_closed {
+    let name = lock_name(named(
+        args.lock.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
+    if context.inherited.stdout_closed() {
         // The token is the only way to release the lock: nobody could ever read it.
         return Err(fail(
             Failure::Output,
@@ -55,6 +59,11 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     ask.who.pid = nix::unistd::getppid().as_raw().unsigned_abs();
     let held = match context.take(&signals, &lock, &ask)? {
         Outcome::Busy { holder, now } => {
+            if args.json {
+                // A script that asked for JSON reads it whatever happened; the error line
+                // (and the exit status) still say busy. If stdout fails, that is secondary.
+                let _ = print_busy(&lock, holder.as_ref(), now);
+            }
             return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
         }
         Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
@@ -119,6 +128,42 @@ fn print_token(
         fence: lease.fence,
         ttl_ms: lease.ttl.as_millis(),
         keeper_pid,
+    })?)
+}
+
+/// `acquire --json` on a lock that stayed busy: the lock, and who holds it (null while it is
+/// being handed to the next waiter).
+#[derive(Serialize)]
+struct Busy<'a> {
+    key: &'a str,
+    /// Always true: the object a busy acquisition prints.
+    busy: bool,
+    holder: Option<BusyHolder<'a>>,
+}
+
+#[derive(Serialize)]
+struct BusyHolder<'a> {
+    mode: &'a str,
+    #[serde(flatten)]
+    who: &'a Identity,
+    fence: u64,
+    since_ms: u64,
+    held_ms: u64,
+    ttl_left_ms: u64,
+}
+
+fn print_busy(lock: &Lock, holder: Option<&Holder>, now: u64) -> anyhow::Result<()> {
+    print_json(&serde_json::to_string(&Busy {
+        key: lock.name.as_str(),
+        busy: true,
+        holder: holder.map(|holder| BusyHolder {
+            mode: &holder.mode,
+            who: &holder.who,
+            fence: holder.fence,
+            since_ms: holder.since,
+            held_ms: now.saturating_sub(holder.since),
+            ttl_left_ms: holder.exp.saturating_sub(now),
+        }),
     })?)
 }
 

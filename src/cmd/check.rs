@@ -113,6 +113,7 @@ pub(super) fn run(context: anyhow::Result<Context>, args: &CheckArgs) -> anyhow:
 /// The locks named, as words and with --key, each once, in that order; checked before any
 /// connection is made.
 fn names(args: &CheckArgs) -> anyhow::Result<Vec<LockName>> {
+    super::request::nothing_after_dashes(&args.after_dashes)?;
     let mut names: Vec<LockName> = Vec::new();
     for given in args.names.iter().chain(&args.key) {
         let name = LockName::new(given).context("--key")?;
@@ -123,7 +124,7 @@ fn names(args: &CheckArgs) -> anyhow::Result<Vec<LockName>> {
     match names.as_slice() {
         [] => Err(crate::exit::fail(
             Failure::Usage,
-            "lock name: missing; give one or more (redlock check NAME... --succeeded-within 26h) or --key NAME",
+            "no lock name: give one or more (redlock check NAME... --succeeded-within 26h) or --key NAME",
         )),
         [one] => {
             crate::log::set_key(one.as_str());

@@ -17,6 +17,7 @@ pub(super) fn run(args: &CompletionsArgs) -> anyhow::Result<Done> {
     match args.shell {
         Shell::Bash => script = bash_after_double_dash(&script),
         Shell::Fish => script.push_str(&fish_additions()),
+        Shell::Zsh => script = zsh_positionals(&script),
         _ => {}
     }
     // The script as generated: `print_line` would escape what shells need verbatim.
@@ -67,6 +68,35 @@ fn bash_after_double_dash(script: &str) -> String {
         // A clap_complete that writes its script differently: the test of completions fails.
         None => script.to_owned(),
     }
+}
+
+/// zsh's positionals as a person types them. clap's script lists the hidden words after `--`
+/// that other commands refuse, and gives `run`'s NAME and flock-form COMMAND file names; zsh
+/// goes on past `--` (`_arguments -S`) with the same positionals, so `run` gets one catch-all
+/// that completes a command and then its arguments (`_cmdambivalent`), as before its name
+/// became a positional of its own.
+fn zsh_positionals(script: &str) -> String {
+    let mut lines: Vec<&str> = Vec::new();
+    for line in script.lines() {
+        if line.starts_with("'*::after_dashes -- ") {
+            continue;
+        }
+        if line.starts_with("'*::words -- ")
+            && lines
+                .last()
+                .is_some_and(|last| last.starts_with("'::name -- "))
+        {
+            lines.pop();
+            lines.push(
+                "'*::command -- The lock'\\''s name (unless --key), then the command and its arguments:_cmdambivalent' \\",
+            );
+            continue;
+        }
+        lines.push(line);
+    }
+    let mut joined = lines.join("\n");
+    joined.push('\n');
+    joined
 }
 
 /// What clap's fish script lacks: the pages after `man` (it offers no positional's values),

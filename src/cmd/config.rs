@@ -23,8 +23,11 @@ impl Context {
         let mut urls = given_urls(&global)?;
         // -q quiets expected outcomes, never a warning about the user's safety.
         let password_in_argv = password_in_argv(&urls);
+        // Messages about a URL name where it came from: the user looks there.
+        let mut source = url_source(&global);
         let read_redis_url = urls.is_empty();
         if read_redis_url {
+            source = "REDIS_URL";
             urls.push(match std::env::var_os("REDIS_URL") {
                 None => DEFAULT_URL.to_owned(),
                 Some(url) => url
@@ -36,7 +39,7 @@ impl Context {
         }
         if urls.len() > 1 {
             crate::store::check_count(urls.len())
-                .map_err(|why| fail(Failure::Usage, format!("--redis: {why}")))?;
+                .map_err(|why| fail(Failure::Usage, format!("{source}: {why}")))?;
         }
         let sentinel_password = std::env::var("REDLOCK_SENTINEL_PASSWORD")
             .ok()
@@ -66,7 +69,7 @@ impl Context {
             command_timeout: global.command_timeout,
             release_timeout: global.release_timeout,
         };
-        let store = store(&urls, &access, global.command_timeout)?;
+        let store = store(&urls, source, &access, global.command_timeout)?;
         if password_in_argv {
             crate::log::warning(
                 "--redis: a password in the URL is visible to every user in the process list; put it in REDLOCK_PASSWORD or a --password-file",
@@ -88,8 +91,14 @@ impl Context {
 }
 
 /// One Redis, or a quorum of masters, reached with `access`. A quorum may mix TLS and
-/// plaintext masters: the TLS options are for the TLS ones.
-fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow::Result<Store> {
+/// plaintext masters: the TLS options are for the TLS ones. `source` names where the URLs
+/// came from, for messages.
+fn store(
+    urls: &[String],
+    source: &str,
+    access: &Access,
+    command_timeout: Duration,
+) -> anyhow::Result<Store> {
     let is_tls = |url: &str| url.starts_with("rediss");
     let mixed = urls.iter().any(|url| is_tls(url));
     let mut targets = Vec::with_capacity(urls.len());
@@ -99,7 +108,7 @@ fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow:
             access.tls = None;
         }
         let target = Target::new(url, access)
-            .with_context(|| format!("--redis {}", crate::conn::redact_url(url)))?;
+            .with_context(|| format!("{source} {}", crate::conn::redact_url(url)))?;
         // A quorum's masters must be independent: one server named twice (or two databases of
         // one server) would be two votes lost with one server's data.
         if let Some(twice) = target.places().into_iter().find(|place| {
@@ -110,7 +119,7 @@ fn store(urls: &[String], access: &Access, command_timeout: Duration) -> anyhow:
             return Err(fail(
                 Failure::Usage,
                 format!(
-                    "--redis {}: names the server {twice} again; quorum mode needs independent masters, each named once",
+                    "{source} {}: names the server {twice} again; quorum mode needs independent masters, each named once",
                     crate::conn::redact_url(url)
                 ),
             ));
@@ -215,15 +224,20 @@ fn tls_options(args: &TlsArgs) -> anyhow::Result<Option<TlsOptions>> {
     Ok(Some(options))
 }
 
+/// Where the URLs of `global` came from: `--redis` or `REDLOCK_URL`.
+fn url_source(global: &Global) -> &'static str {
+    if global.redis_from_env {
+        "REDLOCK_URL"
+    } else {
+        "--redis"
+    }
+}
+
 /// The URLs of `--redis` or `REDLOCK_URL` (none: neither is set). An empty one is an error,
 /// never the default: in CI an unset secret becomes an empty variable, and the default would
 /// lock each runner's own Redis, excluding nothing.
 fn given_urls(global: &Global) -> anyhow::Result<Vec<String>> {
-    let source = if global.redis_from_env {
-        "REDLOCK_URL"
-    } else {
-        "--redis"
-    };
+    let source = url_source(global);
     if global.redis.iter().all(|url| url.trim().is_empty()) {
         return match global.redis.is_empty() {
             true => Ok(Vec::new()),

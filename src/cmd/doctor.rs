@@ -1,7 +1,7 @@
 //! `redlock doctor`: what the Redis server does to the safety of redlock's locks, one line per
 //! subject (or a JSON array), exit 1 when anything is unsafe.
 
-use super::{Context, lock_name, print_json, print_line};
+use super::{Context, lock_name, print_json, print_line, wrapped};
 use crate::cli::DoctorArgs;
 use crate::conn::Target;
 use crate::doctor::{self, Verdict};
@@ -9,6 +9,7 @@ use crate::exit::{Done, Failure};
 use crate::lock::Lock;
 
 pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> {
+    super::fit_tables_to_terminal(false);
     let targets = context.store.servers();
     let quorum = targets.len() > 1;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
@@ -112,12 +113,9 @@ fn report(
             print_line(format_args!("master {}:", target.redacted()))?;
         }
         for finding in findings {
-            print_line(format_args!(
-                "{:<8} {:<12} {}",
-                finding.verdict.word(),
-                finding.check,
-                finding.detail
-            ))?;
+            // On a terminal the detail goes on under itself.
+            let head = format!("{:<8} {:<12} ", finding.verdict.word(), finding.check);
+            print_line(wrapped(&head, &finding.detail, head.chars().count()))?;
         }
     }
     Ok(())

@@ -8,7 +8,11 @@ use crate::lock::Replicas;
 use crate::store::OneRedisOnly;
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = lock_name(named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.replicas.is_some() {

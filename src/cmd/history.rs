@@ -90,20 +90,25 @@ pub(super) fn last_run_line(entry: &HistoryEntry, now: u64) -> String {
     let note_len = note.as_deref().map_or(0, count);
     let note_cut = over.min(note_len.saturating_sub(MIN_CUT_WIDTH));
     let command_cut = (over - note_cut).min(count(&command).saturating_sub(MIN_CUT_WIDTH));
-    compose_last_run(
+    let line = compose_last_run(
         entry,
         now,
         &cut_to(&command, count(&command) - command_cut),
         note.map(|note| cut_to(&note, note_len - note_cut))
             .as_deref(),
-    )
+    );
+    cut_to(&line, width)
 }
 
 fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<&str>) -> String {
     let end = entry.end(now).unwrap_or(now);
+    // (A terminal's narrow view leaves the 16-digit fence to --wide, as its tables do.)
+    let fence = match super::narrow() {
+        true => String::new(),
+        false => format!("fence {}, ", entry.fence),
+    };
     let mut line = format!(
-        "last run: fence {}, {} pid {} ({command}), {} {} ago after {}",
-        entry.fence,
+        "last run: {fence}{} pid {} ({command}), {} {} ago after {}",
         shown(&entry.who.host),
         entry.who.pid,
         outcome(entry, now),
@@ -119,9 +124,38 @@ fn compose_last_run(entry: &HistoryEntry, now: u64, command: &str, note: Option<
     line
 }
 
+/// The holds as a terminal shows them: when each started (how long ago), how long it lasted,
+/// how it ended, the holder as host:pid, and the command cut to the width left; `--wide`
+/// gives every column.
+fn narrow_rows(entries: &[HistoryEntry], now: u64) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "STARTED", "DURATION", "OUTCOME", "EXIT", "HOLDER", "COMMAND",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for entry in entries {
+        let end = entry.end(now).unwrap_or(now);
+        rows.push(vec![
+            format!("{} ago", duration::display(elapsed(entry.since, now))),
+            duration::display(elapsed(entry.since, end)),
+            shown(entry.status(now)),
+            how_it_ended(entry),
+            super::host_and_pid(&entry.who.host, entry.who.pid),
+            shown(&entry.who.command),
+        ]);
+    }
+    rows
+}
+
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
-    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = lock_name(named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let History {
         now,
@@ -133,6 +167,8 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
     if args.json {
         let views: Vec<RunView<'_>> = entries.iter().map(|e| RunView::new(e, now)).collect();
         print_json(&serde_json::to_string_pretty(&views)?)?;
+    } else if !entries.is_empty() && super::narrow() {
+        print_line(super::narrow_table(narrow_rows(&entries, now)))?;
     } else if !entries.is_empty() {
         let mut rows = vec![
             [

@@ -186,6 +186,23 @@ pub(super) fn holder_cells(holder: &Holder, now: u64) -> Vec<String> {
     cells
 }
 
+/// The cells of one holder in a narrow table (see [`NARROW_HOLDER_HEADER`]): mode, host:pid,
+/// held for, lease left (and whether only a minimum hold keeps it), command.
+pub(super) fn narrow_holder_cells(holder: &Holder, now: u64) -> Vec<String> {
+    let cells = holder_cells(holder, now);
+    vec![
+        cells[0].clone(),
+        super::host_and_pid(&holder.who.host, holder.who.pid),
+        cells[6].clone(),
+        cells[7].clone(),
+        cells[4].clone(),
+    ]
+}
+
+/// The columns of a holder an operator reads first, for a terminal (`--wide`: all of them).
+pub(super) const NARROW_HOLDER_HEADER: [&str; 5] =
+    ["MODE", "HOLDER", "HELD", "LEASE LEFT", "COMMAND"];
+
 /// Table cells for host, pid, user and command.
 fn who_cells(who: &Identity) -> [String; 4] {
     [
@@ -203,7 +220,11 @@ pub(super) const HOLDER_HEADER: [&str; 11] = [
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.wide);
-    let name = super::lock_name(super::named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = super::lock_name(super::named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let state = match context.store.inspect(&lock, context.log)? {
         View::One(state) => *state,
@@ -336,6 +357,16 @@ fn show_quorum_text(lock: &Lock, view: &QuorumView, states: &[&LockState]) -> an
 
 /// The holders `state` lists, as a table.
 fn holders_table(state: &LockState) -> String {
+    if super::narrow() {
+        let mut rows = vec![NARROW_HOLDER_HEADER.map(str::to_owned).to_vec()];
+        rows.extend(
+            state
+                .holders
+                .iter()
+                .map(|holder| narrow_holder_cells(holder, state.now)),
+        );
+        return super::narrow_table(rows);
+    }
     let mut rows = vec![HOLDER_HEADER.map(str::to_owned).to_vec()];
     rows.extend(
         state
@@ -343,6 +374,54 @@ fn holders_table(state: &LockState) -> String {
             .iter()
             .map(|holder| holder_cells(holder, state.now)),
     );
+    table(&rows)
+}
+
+/// The queue, as a table: position, mode, who waits (host:pid on a terminal), since when (how
+/// long), command, note.
+fn waiters_table(state: &LockState) -> String {
+    if super::narrow() {
+        let mut rows = vec![
+            ["QUEUE", "MODE", "WAITER", "WAITED", "COMMAND"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
+            vec![
+                (index + 1).to_string(),
+                shown(&waiter.mode),
+                super::host_and_pid(&waiter.who.host, waiter.who.pid),
+                duration::display(elapsed(waiter.since, state.now)),
+                shown(&waiter.who.command),
+            ]
+        }));
+        return super::narrow_table(rows);
+    }
+    let mut rows = vec![
+        [
+            "QUEUE",
+            "MODE",
+            "HOST",
+            "PID",
+            "USER",
+            "COMMAND",
+            "WAITING SINCE",
+            "WAITED",
+            "NOTE",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
+        let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
+        cells.extend(who_cells(&waiter.who));
+        cells.extend([
+            rfc3339(waiter.since),
+            duration::display(elapsed(waiter.since, state.now)),
+            waiter.who.note.as_deref().map(shown).unwrap_or_default(),
+        ]);
+        cells
+    }));
     table(&rows)
 }
 
@@ -365,12 +444,20 @@ fn show(state: &LockState) -> anyhow::Result<()> {
                     print_line(holders_table(state))?;
                 }
                 for holder in state.holders.iter().filter(|holder| holder.over) {
-                    print_line(format_args!(
-                        "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({} from now)",
-                        holder.who.pid,
-                        rfc3339(holder.exp),
-                        duration::display(elapsed(state.now, holder.exp))
-                    ))?;
+                    let left = duration::display(elapsed(state.now, holder.exp));
+                    // (A terminal's narrow view gives times relative, as its tables do.)
+                    let line = match super::narrow() {
+                        true => format!(
+                            "the run of pid {} has ended; its minimum hold keeps the lock {left} more",
+                            holder.who.pid
+                        ),
+                        false => format!(
+                            "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({left} from now)",
+                            holder.who.pid,
+                            rfc3339(holder.exp)
+                        ),
+                    };
+                    print_line(super::wrapped("", &line, 2))?;
                 }
                 if state.holder_count > state.holders.len() && !state.holders.is_empty() {
                     print_line(format_args!(
@@ -381,32 +468,7 @@ fn show(state: &LockState) -> anyhow::Result<()> {
             }
         }
         if !state.waiters.is_empty() {
-            let mut rows = vec![
-                [
-                    "QUEUE",
-                    "MODE",
-                    "HOST",
-                    "PID",
-                    "USER",
-                    "COMMAND",
-                    "WAITING SINCE",
-                    "WAITED",
-                    "NOTE",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-            ];
-            rows.extend(state.waiters.iter().enumerate().map(|(index, waiter)| {
-                let mut cells = vec![(index + 1).to_string(), shown(&waiter.mode)];
-                cells.extend(who_cells(&waiter.who));
-                cells.extend([
-                    rfc3339(waiter.since),
-                    duration::display(elapsed(waiter.since, state.now)),
-                    waiter.who.note.as_deref().map(shown).unwrap_or_default(),
-                ]);
-                cells
-            }));
-            print_line(table(&rows))?;
+            print_line(waiters_table(state))?;
         }
         if state.queue_length > state.waiters.len() {
             print_line(format_args!(

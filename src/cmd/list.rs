@@ -1,6 +1,8 @@
 //! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
 
-use super::inspect::{HOLDER_HEADER, LockView, holder_cells, mode_summary};
+use super::inspect::{
+    HOLDER_HEADER, LockView, NARROW_HOLDER_HEADER, holder_cells, mode_summary, narrow_holder_cells,
+};
 use super::{Context, print_json, print_line, printable, table, warn_unreadable};
 use crate::cli::ListArgs;
 use crate::exit::Done;
@@ -64,7 +66,11 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         }
         return Ok(Done::Success);
     }
-    print_line(table(&rows(&locks, of)))?;
+    if super::narrow() {
+        print_line(super::narrow_table(narrow_rows(&locks, of)))?;
+    } else {
+        print_line(table(&rows(&locks, of)))?;
+    }
     Ok(Done::Success)
 }
 
@@ -107,4 +113,50 @@ fn rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
         rows.push(row);
     }
     rows
+}
+
+/// The table of held locks on a terminal: the columns an operator reads first (the lock, its
+/// mode, the first holder as host:pid, how long it has held it, the lease left, the waiters),
+/// the command last, cut to the width left; `--wide` gives [`rows`].
+fn narrow_rows(locks: &[(LockState, usize)], of: Option<usize>) -> Vec<Vec<String>> {
+    let mut header = vec!["LOCK".to_owned()];
+    if of.is_some() {
+        header.push("MASTERS".to_owned());
+    }
+    header
+        .extend(["MODE", "HOLDER", "HELD", "LEASE LEFT", "WAITERS", "COMMAND"].map(str::to_owned));
+    let mut rows = vec![header];
+    for (state, held_on) in locks {
+        let minority_only = state.holder_count == 0 && of.is_some() && *held_on > 0;
+        if state.holder_count == 0 && !minority_only {
+            continue;
+        }
+        let mut row = vec![printable(state.name.as_str())];
+        if let Some(of) = of {
+            row.push(format!("{held_on}/{of}"));
+        }
+        let first = state.holders.first();
+        row.push(match (lock_mode(state), first) {
+            _ if minority_only => "no majority".to_owned(),
+            (Some("semaphore"), Some(first)) => {
+                format!("semaphore {}/{}", state.holder_count, first.limit)
+            }
+            _ => mode_summary(state),
+        });
+        // (NARROW_HOLDER_HEADER: MODE, HOLDER, HELD, LEASE LEFT, COMMAND)
+        let cells = first.map_or_else(
+            || vec![String::new(); NARROW_HOLDER_HEADER.len()],
+            |first| narrow_holder_cells(first, state.now),
+        );
+        row.extend(cells[1..4].iter().cloned());
+        row.push(state.queue_length.to_string());
+        row.push(cells[4].clone());
+        rows.push(row);
+    }
+    rows
+}
+
+/// The mode of the lock's first holder, as the scripts record it.
+fn lock_mode(state: &LockState) -> Option<&str> {
+    state.holders.first().map(|holder| holder.mode.as_str())
 }

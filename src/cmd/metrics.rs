@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{Context, printable, write_stdout};
 use crate::cli::MetricsArgs;
 use crate::exit::Done;
-use crate::lock::{HistoryEntry, LockState, Scope};
+use crate::lock::{HistoryEntry, Holder, LockState, Scope};
 use crate::store::Listed;
 
 /// The modes a lock can be held in: `redlock_lock_held` has one series for each, 0 or 1, so
@@ -26,8 +26,8 @@ struct Metric {
 const METRICS: &[Metric] = &[
     Metric {
         name: "redlock_lock_holders",
-        help: "Live holders of the lock.",
-        value: |state| Some(state.holder_count.to_string()),
+        help: "Live holders of the lock whose job runs (a minimum hold is counted apart).",
+        value: |state| Some(running_count(state).to_string()),
     },
     Metric {
         name: "redlock_lock_waiters",
@@ -36,9 +36,9 @@ const METRICS: &[Metric] = &[
     },
     Metric {
         name: "redlock_lock_held_seconds",
-        help: "How long the lock's oldest live holder has held it; 0 when free.",
+        help: "How long the lock's oldest holder whose job runs has held it; 0 when none runs (free, or kept only for a minimum hold).",
         value: |state| {
-            let since = state.holders.iter().map(|holder| holder.since).min();
+            let since = running(state).map(|holder| holder.since).min();
             Some(seconds(
                 since.map_or(0, |since| state.now.saturating_sub(since)),
             ))
@@ -46,9 +46,22 @@ const METRICS: &[Metric] = &[
     },
     Metric {
         name: "redlock_lock_lease_remaining_seconds",
-        help: "Lease left of the holder whose lease ends first; 0 when free.",
+        help: "Lease left of the holder whose job runs and whose lease ends first; 0 when none runs.",
         value: |state| {
-            let exp = state.holders.iter().map(|holder| holder.exp).min();
+            let exp = running(state).map(|holder| holder.exp).min();
+            Some(seconds(exp.map_or(0, |exp| exp.saturating_sub(state.now))))
+        },
+    },
+    Metric {
+        name: "redlock_lock_min_hold",
+        help: "Holds whose job has ended, kept only for their minimum hold (run --min-hold): the lock stays taken, no job runs.",
+        value: |state| Some(min_holds(state).count().to_string()),
+    },
+    Metric {
+        name: "redlock_lock_min_hold_remaining_seconds",
+        help: "How much longer a minimum hold keeps the lock taken (the one that ends last); 0 when none does.",
+        value: |state| {
+            let exp = min_holds(state).map(|holder| holder.exp).max();
             Some(seconds(exp.map_or(0, |exp| exp.saturating_sub(state.now))))
         },
     },
@@ -130,13 +143,12 @@ fn exposition(states: &[&LockState]) -> String {
     header(
         &mut text,
         "redlock_lock_held",
-        "Whether the lock is held in this mode (1) or not (0).",
+        "Whether a job holds the lock in this mode (1) or not (0); a minimum hold alone is 0 (see redlock_lock_min_hold).",
     );
     for state in states {
-        let held_mode = state
-            .holders
-            .first()
-            .filter(|_| state.holder_count > 0)
+        let held_mode = running(state)
+            .next()
+            .filter(|_| running_count(state) > 0)
             .map(|holder| holder.mode.as_str());
         for mode in MODES {
             let _ = writeln!(
@@ -161,6 +173,24 @@ fn exposition(states: &[&LockState]) -> String {
         }
     }
     text
+}
+
+/// The listed holders whose job runs: not kept only for a minimum hold (`Holder::over`). A
+/// min-hold is no running job: counted as one, a 5 s cron job with `--min-hold 3h` would trip
+/// every "held too long" alert.
+fn running(state: &LockState) -> impl Iterator<Item = &Holder> {
+    state.holders.iter().filter(|holder| !holder.over)
+}
+
+/// The listed holders kept only for their minimum hold.
+fn min_holds(state: &LockState) -> impl Iterator<Item = &Holder> {
+    state.holders.iter().filter(|holder| holder.over)
+}
+
+/// Live holders whose job runs: all of them (listed or only counted, as a large semaphore's
+/// are) but the minimum holds listed.
+fn running_count(state: &LockState) -> usize {
+    state.holder_count.saturating_sub(min_holds(state).count())
 }
 
 fn header(text: &mut String, name: &str, help: &str) {

@@ -34,15 +34,16 @@ use crate::store::Store;
 
 use crate::log::{printable, shown};
 use output::{
-    MIN_CUT_WIDTH, cut_to, describe, elapsed, fit_tables_to_terminal, fit_width, print_json,
-    print_line, rfc3339, table, warn_unreadable, write_stdout,
+    MIN_CUT_WIDTH, cut_to, describe, elapsed, fit_tables_to_terminal, fit_width, host_and_pid,
+    narrow, narrow_table, print_json, print_line, rfc3339, table, warn_unreadable, wrapped,
+    write_stdout,
 };
 use request::{ask, busy, lock_name, named};
 
 /// Runs the parsed command line.
 pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
     let Cli { global, command } = cli;
-    output::note_stdout_closed(inherited.stdout_closed);
+    output::note_stdout_closed(inherited.stdout_closed());
     match &command {
         Command::Completions(args) => return completions::run(args),
         Command::Man(args) => return man::run(args),

@@ -186,6 +186,85 @@ pub(super) fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
     }
 }
 
+/// Whether tables are narrowed to the columns an operator reads first: on a terminal, unless
+/// `--wide` (see [`fit_tables_to_terminal`]). kubectl and `docker ps` do the same.
+pub(super) fn narrow() -> bool {
+    fit_width().is_some()
+}
+
+/// The fewest characters of a narrow table's last column worth showing; with less room it is
+/// left out.
+const MIN_LAST_WIDTH: usize = 8;
+
+/// A narrow table (`rows[0]` the header): its last column, the command, takes what the others
+/// leave of the terminal's width, cut with an ellipsis, or is left out when that is less than
+/// [`MIN_LAST_WIDTH`].
+pub(super) fn narrow_table(mut rows: Vec<Vec<String>>) -> String {
+    if let Some(width) = fit_width() {
+        let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widest = |column: usize| {
+            rows.iter()
+                .filter_map(|row| row.get(column))
+                .map(|cell| cut_shown(cell).chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let others: usize = (0..columns.saturating_sub(1)).map(|c| widest(c) + 2).sum();
+        let room = width.saturating_sub(others);
+        if columns > 1 && room < MIN_LAST_WIDTH.min(widest(columns - 1)) {
+            for row in &mut rows {
+                row.truncate(columns - 1);
+            }
+        } else if columns > 0 {
+            for row in &mut rows {
+                if let Some(cell) = row.get_mut(columns - 1) {
+                    *cell = cut_to(&cut_shown(cell), room);
+                }
+            }
+        }
+    }
+    table(&rows)
+}
+
+/// A holder or waiter as a narrow table names it: `host:pid`, with the host's first label
+/// (`web1` of `web1.example.com`) unless it is an IP address.
+pub(super) fn host_and_pid(host: &str, pid: u32) -> String {
+    let host = shown(host);
+    let short = if host.parse::<std::net::IpAddr>().is_ok() {
+        host.as_str()
+    } else {
+        host.split('.').next().unwrap_or_default()
+    };
+    format!("{short}:{pid}")
+}
+
+/// `head` then `body`, for a terminal tables are fitted to: the body's words wrapped at its
+/// width, the lines after the first indented by `indent` spaces. On one line anywhere else.
+/// A word longer than a line stays whole.
+pub(super) fn wrapped(head: &str, body: &str, indent: usize) -> String {
+    let Some(width) = fit_width() else {
+        return format!("{head}{body}");
+    };
+    let mut out = head.to_owned();
+    let mut taken = head.chars().count();
+    let mut first = true;
+    for word in body.split_whitespace() {
+        let length = word.chars().count();
+        if !first && taken + 1 + length > width {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', indent));
+            taken = indent;
+        } else if !first {
+            out.push(' ');
+            taken += 1;
+        }
+        out.push_str(word);
+        taken += length;
+        first = false;
+    }
+    out
+}
+
 /// Formats rows as left-aligned columns two spaces apart; a cell longer than
 /// [`crate::log::MAX_SHOWN`] characters is cut.
 pub(super) fn table(rows: &[Vec<String>]) -> String {

@@ -9,7 +9,11 @@ use crate::lock::{Ending, Identity, Release, ReleaseRequest};
 use crate::store::{Forced, ReleaseBound};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(args.key.as_deref(), args.name.as_deref())?)?;
+    let name = lock_name(named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {

@@ -1,6 +1,7 @@
 //! What a lock command asks for, checked: the lock's name (flag or word), the note (the CI job's
 //! URL by default), the acquisition's `Ask`; and the error for a lock that stayed busy.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -16,8 +17,14 @@ use crate::log::printable;
 use crate::store::OneRedisOnly;
 
 /// The lock's name, given with --key or as the first word (flock's, consul's and etcdctl's
-/// habit): one of them, or both the same.
-pub(super) fn named<'a>(flag: Option<&'a str>, word: Option<&'a str>) -> anyhow::Result<&'a str> {
+/// habit): one of them, or both the same. Never a word after `--` (`after_dashes`): there
+/// only `run` takes words, its command.
+pub(super) fn named<'a>(
+    flag: Option<&'a str>,
+    word: Option<&'a str>,
+    after_dashes: &[OsString],
+) -> anyhow::Result<&'a str> {
+    nothing_after_dashes(after_dashes)?;
     match (flag, word) {
         (Some(flag), Some(word)) if flag != word => Err(fail(
             Failure::Usage,
@@ -30,9 +37,33 @@ pub(super) fn named<'a>(flag: Option<&'a str>, word: Option<&'a str>) -> anyhow:
         (Some(name), _) | (None, Some(name)) => Ok(name),
         (None, None) => Err(fail(
             Failure::Usage,
-            "lock name: missing; give it first (redlock run NAME -- COMMAND) or with --key NAME",
+            "no lock name: give it as the first word (redlock run NAME -- COMMAND, redlock inspect NAME) or with --key NAME",
         )),
     }
+}
+
+/// Refuses words after `--` in a command that runs no command: a lock's name is never taken
+/// from there, whatever the command.
+pub(super) fn nothing_after_dashes(after_dashes: &[OsString]) -> anyhow::Result<()> {
+    if after_dashes.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Failure::Usage,
+        format!(
+            "{} after '--': a lock name is never taken from after '--', where only run takes words (its command); give the name before '--' or with --key NAME",
+            quoted_words(after_dashes)
+        ),
+    ))
+}
+
+/// Words as a person would read them back: `'job'`, `'env echo hello'`.
+pub(super) fn quoted_words(words: &[OsString]) -> String {
+    let words: Vec<String> = words
+        .iter()
+        .map(|word| word.to_string_lossy().into_owned())
+        .collect();
+    format!("'{}'", printable(&words.join(" ")))
 }
 
 /// The lock named by `--key`, which every JSON log line names from now on.

@@ -6,7 +6,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Context, ask, busy, lock_name};
+use super::request::quoted_words;
+use super::{Context, ask, busy, lock_name, named};
 use crate::acquire::{Ask, Held, Outcome, Wait};
 use crate::cli::RunArgs;
 use crate::duration;
@@ -17,72 +18,76 @@ use crate::log::printable;
 use crate::signals::Signals;
 use crate::supervise::{self, Job, Supervised, TooLate};
 
-/// The lock's name and the command to run (`sh -c STRING` for -c). Without --key the name is
-/// the first word, as flock, consul lock and etcdctl lock take theirs: `redlock run NAME --
-/// COMMAND...` or `redlock run NAME -c STRING`.
+/// The lock's name and the command to run (`sh -c STRING` for -c). The name is `--key NAME` or
+/// the word before the command, as flock, consul lock and etcdctl lock take theirs: `redlock
+/// run NAME -- COMMAND...`, `redlock run NAME COMMAND...` or `redlock run NAME -c STRING`.
+/// After `--` every word is the command's, never the name: a forgotten `--key` in `redlock run
+/// -- env echo hello` must not lock `env` and run `echo hello`.
 fn name_and_argv(args: &RunArgs) -> anyhow::Result<(&str, Vec<OsString>)> {
-    let mut script = args.shell_command.clone().map(OsString::from);
-    let (name, command) = match args.lock.key.as_deref() {
-        Some(key) => (key, args.command.as_slice()),
-        None => {
-            let Some((first, rest)) = args.command.split_first() else {
-                return Err(fail(
-                    Failure::Usage,
-                    "lock name: missing; give it first (redlock run NAME -- COMMAND) or with --key NAME",
-                ));
-            };
-            let name = first.to_str().ok_or_else(|| {
+    let word = args.name.as_ref();
+    // clap gives the words after `--` to `command`, and without `--` the first word to NAME
+    // and the rest to the flock form's words. (`run --key K COMMAND...` without `--` arrives
+    // with a `--` put before the command: see `cli::command_after_key`.)
+    let (name_word, command) = if args.command.is_empty() {
+        if let Some(option) = args
+            .words
+            .first()
+            .filter(|first| first.to_string_lossy().starts_with('-'))
+        {
+            return Err(fail(
+                Failure::Usage,
+                format!(
+                    "unknown option {} (see 'redlock run --help'); the command starts at the first word that is not an option, or after '--'",
+                    quoted_words(std::slice::from_ref(option))
+                ),
+            ));
+        }
+        (word, args.words.clone())
+    } else {
+        (word, args.command.clone())
+    };
+    let name_word = name_word
+        .map(|word| {
+            word.to_str().ok_or_else(|| {
                 fail(
                     Failure::Usage,
                     format!(
                         "lock name '{}': invalid UTF-8",
-                        printable(&first.to_string_lossy())
+                        printable(&word.to_string_lossy())
                     ),
                 )
-            })?;
-            // After the name, clap takes every word as the command's: a `--` it keeps, and
-            // flock's `NAME -c STRING` arrives as words too.
-            let rest = match rest {
-                [dashes, rest @ ..] if dashes == "--" => rest,
-                [flag, string]
-                    if script.is_none() && (flag == "-c" || flag == "--shell-command") =>
-                {
-                    script = Some(string.clone());
-                    &[]
-                }
-                // `run NAME --ttl 5s -- CMD`: clap took the options for the command's words.
-                [option, ..] if option.to_string_lossy().starts_with('-') => {
-                    return Err(fail(
-                        Failure::Usage,
-                        format!(
-                            "lock '{}': {} comes after the lock's name, where the command starts; put options before the name (redlock run [OPTIONS] NAME -- COMMAND)",
-                            printable(name),
-                            printable(&option.to_string_lossy())
-                        ),
-                    ));
-                }
-                rest => rest,
-            };
-            (name, rest)
+            })
+        })
+        .transpose()?;
+    let name = match (args.lock.key.as_deref(), name_word) {
+        (None, None) if !args.command.is_empty() => {
+            return Err(fail(
+                Failure::Usage,
+                format!(
+                    "no lock name: after '--' comes the command ({}), never the lock's name; give the name before '--' (redlock run NAME -- COMMAND) or with --key NAME",
+                    quoted_words(&args.command)
+                ),
+            ));
         }
+        (flag, word) => named(flag, word, &[])?,
     };
-    match (script, command.is_empty()) {
+    match (&args.shell_command, command.is_empty()) {
         (Some(_), false) => Err(fail(
             Failure::Usage,
             format!(
                 "-c and {}: give the command one way",
-                printable(&command_line(command))
+                printable(&command_line(&command))
             ),
         )),
-        (Some(script), true) => Ok((name, vec!["sh".into(), "-c".into(), script])),
+        (Some(script), true) => Ok((name, vec!["sh".into(), "-c".into(), script.into()])),
         (None, true) => Err(fail(
             Failure::Usage,
             format!(
-                "lock '{}': no command to run; give it after the name (redlock run NAME -- COMMAND) or with -c",
+                "lock '{}': no command to run; give it after '--' (redlock run NAME -- COMMAND) or with -c",
                 printable(name)
             ),
         )),
-        (None, false) => Ok((name, command.to_vec())),
+        (None, false) => Ok((name, command)),
     }
 }
 
@@ -214,6 +219,7 @@ fn job(
         min_hold: args.min_hold.unwrap_or_default(),
         foreground: supervise::owns_terminal(),
         replicas: args.lock.replicas,
+        closed: context.inherited.closed,
     }
 }
 
@@ -243,8 +249,11 @@ fn plan(context: &Context, args: &RunArgs) -> anyhow::Result<Plan> {
             },
         )
     })?;
-    if shortened && args.kill_after.is_some() {
-        context.log.warn(format_args!(
+    // The rule is documented (--kill-after's help, docs/reference.md) and applies to the
+    // default grace as well: a warning on every run of a well-set job (a systemd unit or a
+    // CronJob giving its command a long grace for a stop) would be journal noise. -v says it.
+    if shortened {
+        context.log.step(format_args!(
             "--kill-after {} shortened to {} when the lock is lost, so the command is dead before the {} lease can lapse",
             duration::display(kill_after),
             duration::display(plan.loss_grace),

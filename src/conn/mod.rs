@@ -697,24 +697,37 @@ mod tests {
             redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
             "unix:///tmp/r.sock?db=1&password=***"
         );
-        // Not URLs: with an '@', only the scheme; a query is hidden whole.
-        assert_eq!(redact_url(":s3cret@h"), "***");
+        // Not URLs: shown but for what could be a password (with an '@' past the host, all
+        // but the scheme; a port that is no number, or of a host that does
+        // not look like one, and all after it; query values that could be one).
+        assert_eq!(redact_url(":s3cret@h"), "***@h");
         assert_eq!(
             redact_url("redis://default:abc/def+s3cret==@127.0.0.1:6500/0"),
             "redis://***"
         );
         assert_eq!(redact_url("redis://u:Pa?ss-s3cret@h"), "redis://***");
         assert_eq!(redact_url("redis://h:99999"), "redis://h:***");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6401/abc"),
+            "redis://127.0.0.1:6401/abc"
+        );
+        assert_eq!(
+            redact_url("redis://u:s3cret@10.0.0.1:6401/x?db=1&user=u&s3cret#s3cret"),
+            "redis://u:***@10.0.0.1:6401/x?db=1&user=***&***#***"
+        );
+        assert_eq!(
+            redact_url("redis://[::1]:6401/abc"),
+            "redis://[::1]:6401/abc"
+        );
+        assert_eq!(redact_url("redis://user:5/s3cret"), "redis://user:***");
+        assert_eq!(redact_url("redis:/h:6379"), "redis:/h:6379");
         assert_eq!(redact_url("redis://:s3cret"), "redis://:***");
         assert_eq!(redact_url("redis://default:s3cret"), "redis://default:***");
         assert_eq!(
             redact_url("unix://:s3cret@/tmp/redis.sock"),
             "unix:///tmp/redis.sock?password=***"
         );
-        assert_eq!(
-            redact_url("redis://h:x?password=s3cret"),
-            "redis://h:***?***"
-        );
+        assert_eq!(redact_url("redis://h:x?password=s3cret"), "redis://h:***");
     }
 
     /// Every ASCII character, anywhere in a password, in every place a password can go: neither

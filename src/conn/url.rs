@@ -86,15 +86,37 @@ pub(crate) struct RedisUrl {
     pub(crate) sentinel_user: Option<String>,
 }
 
+/// The schemes redlock reads.
+const SCHEMES: [&str; 8] = [
+    "redis",
+    "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+    "unix",
+    "redis+unix",
+];
+
 const FORMS: &str = "redis://[user[:password]@]host[:port][/db], rediss://..., unix:///path, redis+sentinel://host[:port][,...]/service or redis+cluster://host[:port][,...]";
 
 impl RedisUrl {
     /// Parses `text`; the error says why it is not a Redis URL and never contains the text
     /// itself (it may hold a password).
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        let (scheme, rest) = text
-            .split_once("://")
-            .ok_or_else(|| format!("no scheme; expected {FORMS}"))?;
+        let Some((scheme, rest)) = text.split_once("://") else {
+            // `redis:/host`, `redis:host`: a scheme, without its `//`.
+            let known = text
+                .split_once(':')
+                .map(|(scheme, _)| scheme)
+                .filter(|scheme| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()));
+            return Err(match known {
+                Some(scheme) => format!(
+                    "'{scheme}:' must be followed by '//' ({scheme}://host:port); expected {FORMS}"
+                ),
+                None => format!("no scheme; expected {FORMS}"),
+            });
+        };
         let socket = matches!(scheme, "unix" | "redis+unix");
         let (userinfo, rest) = if socket {
             socket_userinfo(rest)?
@@ -423,33 +445,108 @@ fn decode(text: &str) -> Result<String, String> {
 }
 
 /// The URL as people may see it: rebuilt from its parsed form with any password (and a lone
-/// user name, which some read as the password) replaced by `***`. Where a URL that does not
-/// parse splits is anyone's guess, so one with an `@` shows only its scheme, and a query is
-/// hidden whole: nothing that could be part of a password is shown.
+/// user name, which some read as the password) replaced by `***`. A URL that does not parse
+/// is shown as given, its host, port and path (what is wrong more often than not) included,
+/// but for what could be a password: see [`redact_unparsed`].
 pub(crate) fn redact_url(url: &str) -> String {
     if let Ok(parsed) = RedisUrl::parse(url) {
         return parsed.shown(false);
     }
-    let shown = if url.contains('@') {
-        match url.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://***"),
-            None => "***".to_owned(),
-        }
-    } else {
-        let (before, query) = match url.split_once('?') {
-            Some((before, _)) => (before, "?***"),
-            None => (url, ""),
+    crate::log::printable(&redact_unparsed(url))
+}
+
+/// A URL that does not parse, with `***` for whatever could be a password: the userinfo's
+/// password (all of the userinfo when it has no `:`; all but the scheme when an `@` stands
+/// past the host, where a password holding a `/`, `?` or `#` puts it); a query's `password` and `user` values and
+/// any pair it does not know (the rest of a password with an `&`); a fragment. Without an
+/// `@`, a password may have been typed where the port goes (`redis://:s3cret`,
+/// `redis://user:s3cret`): what follows a host's `:` is shown only when it is a number and
+/// the host is one by its looks (an IP address, a name with a dot, `localhost`); otherwise it
+/// and everything after it is masked.
+fn redact_unparsed(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // No authority to speak of: whatever stands before an '@' may be a password.
+        return match url.rsplit_once('@') {
+            Some((_, after)) => format!("***@{after}"),
+            None => url.to_owned(),
         };
-        // After a ':' may stand a port, or a password without its '@' (`redis://:s3cret`).
-        match before.split_once("://") {
-            Some((scheme, rest)) if rest.contains(':') => {
-                let host = rest.split(':').next().unwrap_or_default();
-                format!("{scheme}://{host}:***{query}")
-            }
-            _ => format!("{before}{query}"),
-        }
     };
-    crate::log::printable(&shown)
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(authority_end);
+    // An '@' past the host: a password with a '/', '?' or '#' in it, or a query value with
+    // an '@'; where it ends is anyone's guess.
+    if after.contains('@') {
+        return format!("{scheme}://***");
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    let mut shown = format!("{scheme}://");
+    match userinfo.map(|info| info.split_once(':')) {
+        None => {}
+        Some(Some((user, _))) => shown.push_str(&format!("{user}:***@")),
+        Some(None) => shown.push_str("***@"),
+    }
+    for (index, host) in hosts.split(',').enumerate() {
+        if index > 0 {
+            shown.push(',');
+        }
+        let (name, port) = match host.strip_prefix('[') {
+            Some(_) => match host.split_once("]:") {
+                Some((name, port)) => (format!("{name}]"), Some(port)),
+                None => (host.to_owned(), None),
+            },
+            None => match host.split_once(':') {
+                Some((name, port)) => (name.to_owned(), Some(port)),
+                None => (host.to_owned(), None),
+            },
+        };
+        let looks_like_a_host = userinfo.is_some()
+            || name.starts_with('[')
+            || name.contains('.')
+            || name == "localhost";
+        shown.push_str(&name);
+        match port {
+            None => {}
+            Some(port) if looks_like_a_host && port.bytes().all(|byte| byte.is_ascii_digit()) => {
+                shown.push_str(&format!(":{port}"));
+            }
+            // A password where the port goes, perhaps: nothing after it is shown.
+            Some(_) => {
+                shown.push_str(":***");
+                return shown;
+            }
+        }
+    }
+    shown.push_str(&redact_unparsed_tail(after));
+    shown
+}
+
+/// The path, query and fragment of a URL that does not parse (see [`redact_unparsed`]).
+fn redact_unparsed_tail(after: &str) -> String {
+    let (after, fragment) = match after.split_once('#') {
+        Some((after, _)) => (after, "#***"),
+        None => (after, ""),
+    };
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    let query: Vec<String> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((name @ ("db" | "sentinel_user"), value)) => format!("{name}={value}"),
+            Some((name @ ("password" | "pass" | "user" | "username"), _)) => {
+                format!("{name}=***")
+            }
+            // After a password with an unencoded '&', the "name" is the rest of it.
+            _ => "***".to_owned(),
+        })
+        .collect();
+    let query = match query.is_empty() {
+        true => String::new(),
+        false => format!("?{}", query.join("&")),
+    };
+    format!("{path}{query}{fragment}")
 }
 
 /// Whether `url` carries a password (or could: one that does not parse and has a userinfo).
@@ -546,6 +643,8 @@ mod tests {
     fn bad_urls_say_why_without_repeating_the_url() {
         for (bad, why) in [
             ("h:6379", "no scheme"),
+            ("redis:/h:6379", "'redis:' must be followed by '//'"),
+            ("rediss:h", "'rediss:' must be followed by '//'"),
             ("http://h", "unknown scheme"),
             ("redis://", "no host"),
             ("redis://h:0", "port"),

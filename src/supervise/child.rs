@@ -42,6 +42,9 @@ pub(crate) struct Spec<'a> {
     /// Make the command the terminal's foreground process group (see [`owns_terminal`]).
     pub(crate) foreground: bool,
     pub(crate) signals: CommandSignals,
+    /// Standard descriptors to close in the command (bit N for descriptor N): those
+    /// redlock's caller closed, where std has put /dev/null for redlock itself.
+    pub(crate) closed: u8,
 }
 
 /// A running command, identified by its process group (its pid is the group id).
@@ -93,21 +96,32 @@ fn command(spec: &Spec<'_>, program: &OsStr, args: &[OsString]) -> Command {
         command.env(name, value);
     }
     let parent = getpid();
-    let signals = spec.signals;
+    let (signals, closed) = (spec.signals, spec.closed);
     // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
-    // calls are allowed: it makes system calls only (signal, prctl, getppid, sigprocmask),
-    // allocates nothing and takes no lock. What it reads was copied in before the fork.
+    // calls are allowed: it makes system calls only (signal, prctl, getppid, sigprocmask,
+    // close), allocates nothing and takes no lock. What it reads was copied in before the
+    // fork.
     unsafe {
-        command.pre_exec(move || prepare(parent, signals));
+        command.pre_exec(move || prepare(parent, signals, closed));
     }
     command
 }
 
 /// In the child, between fork and exec: the signal state redlock was started with (std has
 /// set SIGPIPE to the default, redlock SIGCHLD, the C library has handlers of its own, and
-/// redlock blocks what it handles), and the parent-death signal, checked against the race with
+/// redlock blocks what it handles), the standard descriptors its caller had closed closed
+/// again (std has no `Stdio` for "closed": it opened /dev/null there for redlock, and a
+/// command writing to a closed stdout must fail as it would without redlock, not write to
+/// /dev/null and succeed), and the parent-death signal, checked against the race with
 /// redlock's own death.
-fn prepare(parent: Pid, signals: CommandSignals) -> io::Result<()> {
+fn prepare(parent: Pid, signals: CommandSignals, closed: u8) -> io::Result<()> {
+    for fd in 0..3 {
+        if closed & (1 << fd) != 0 {
+            // (std has set up the command's descriptors before this hook runs: with
+            // inherited stdio these are redlock's /dev/null, which only this child loses.)
+            nix::unistd::close(fd)?;
+        }
+    }
     for signal in 1..=64 {
         if signals.ignored & (1 << (signal - 1)) != 0 {
             // SAFETY: SIG_IGN installs no handler code; signal() is async-signal-safe.

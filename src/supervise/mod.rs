@@ -52,6 +52,9 @@ pub(crate) struct Job {
     pub(crate) foreground: bool,
     /// Replicas that must acknowledge each renewal, or it confirms nothing.
     pub(crate) replicas: Option<u32>,
+    /// The standard descriptors redlock's caller closed, closed for the command too
+    /// ([`crate::Inherited::closed`]).
+    pub(crate) closed: u8,
 }
 
 /// The longest the final release waits for an answer after the command ended (docs/reference.md:
@@ -204,6 +207,7 @@ fn start(
         remove_env: &job.remove_env,
         foreground: job.foreground,
         signals: signals.for_command(),
+        closed: job.closed,
     };
     match child::spawn(&spec) {
         Ok(child) => {

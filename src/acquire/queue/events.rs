@@ -26,6 +26,7 @@ impl Acquirer<'_> {
             Reply::Called { sent, result } => match result {
                 Ok((acquisition, session)) => {
                     self.failures = None;
+                    self.status.reachable();
                     self.unsure = false;
                     self.queued =
                         matches!(acquisition, Acquisition::Busy { position, .. } if position > 0);
