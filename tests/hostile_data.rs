@@ -257,14 +257,6 @@ fn records_a_script_could_not_use_are_refused_before_any_write() {
     let server = RedisServer::start();
     let now = server.time_ms();
     let until = (now + 60_000).to_string();
-    let dump = |server: &RedisServer| {
-        let mut state = Vec::new();
-        for key in server.keys() {
-            let dumped: Option<Vec<u8>> = server.cmd(&["DUMP", &key]);
-            state.push((key, dumped));
-        }
-        state
-    };
     // A dead waiter at the head, then one without the token it would hold: a release's
     // hand-off drops the first and would put the second's missing token into the holders.
     let token = server
@@ -293,13 +285,16 @@ fn records_a_script_could_not_use_are_refused_before_any_write() {
     for key in [QUEUE, WAITERS] {
         server.cmd::<()>(&["PEXPIREAT", key, &until]);
     }
-    let before = dump(&server);
+    let before = state_of(&server);
     server
         .redlock(&["release", "--key", "job", "--token", token.stdout.trim()])
         .run()
         .code(64)
         .one_line_error(WAITERS);
-    assert!(before == dump(&server), "the refused release changed Redis");
+    assert!(
+        before == state_of(&server),
+        "the refused release changed Redis"
+    );
     server.cmd::<()>(&["DEL", QUEUE, WAITERS, HOLDERS, LEASES]);
 
     // Holders whose fields a script would compute with, or encode again, after its first
@@ -324,14 +319,14 @@ fn records_a_script_could_not_use_are_refused_before_any_write() {
     ] {
         server.cmd::<()>(&["HSET", HOLDERS, &token, &record]);
         server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
-        let before = dump(&server);
+        let before = state_of(&server);
         server
             .redlock(&command)
             .run()
             .code(64)
             .one_line_error(HOLDERS);
         assert!(
-            before == dump(&server),
+            before == state_of(&server),
             "{command:?} changed Redis: {record}"
         );
         server.cmd::<()>(&["DEL", HOLDERS, LEASES]);
@@ -845,7 +840,6 @@ fn a_cancel_mark_of_another_type_is_named_as_foreign_data() {
 /// long as the clock was off, plus the minimum hold. A hold cannot have begun after now.
 #[test]
 fn a_minimum_hold_counts_from_now_at_the_latest() {
-    use redlock::conn::{Access, Target};
     use redlock::keys::{LockName, Prefix};
     use redlock::lock::{Ending, Lock, Release, Token};
 
@@ -864,14 +858,7 @@ fn a_minimum_hold_counts_from_now_at_the_latest() {
         .to_string(),
     ]);
     server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
-    let access = Access {
-        connect_timeout: Duration::from_secs(5),
-        command_timeout: Duration::from_secs(5),
-        ..Access::default()
-    };
-    let mut session = Target::new(&server.url(), access)
-        .and_then(|target| target.connect())
-        .expect("connect");
+    let mut session = server.session();
     let lock = Lock::new(
         &Prefix::new("redlock:").unwrap(),
         LockName::new("job").unwrap(),

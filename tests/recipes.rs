@@ -1402,7 +1402,7 @@ fn k8s_recipes_run_in_their_images() {
         format!("localhost/redlock:{}-amd64", env!("CARGO_PKG_VERSION"))
     );
     assert!(
-        push.contains(&format!("podman push {redlock_image} ")),
+        push.contains(&format!("podman push --quiet {redlock_image} ")),
         "{push}"
     );
     assert!(pushed.is_file(), "podman push wrote nothing");

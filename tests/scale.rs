@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redlock::conn::{Access, Session, Target};
+use redlock::conn::Session;
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{
     Acquisition, Ending, Identity, Lock, Mode, Queueing, Refreshed, Release, Request, Retention,
@@ -33,14 +33,7 @@ pub(crate) fn assert_every_key_expires(server: &RedisServer, after: &str) {
 
 /// A library session with the server (5 s to connect, 5 s per command).
 pub(crate) fn session(server: &RedisServer) -> Session {
-    let access = Access {
-        connect_timeout: Duration::from_secs(5),
-        command_timeout: Duration::from_secs(5),
-        ..Access::default()
-    };
-    Target::new(&server.url(), access)
-        .and_then(|target| target.connect())
-        .expect("connect")
+    server.session()
 }
 
 fn lock(name: &str) -> Lock {

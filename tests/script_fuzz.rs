@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use redis::Value;
-use redlock::conn::{Access, Session, Target};
+use redlock::conn::Session;
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{
     Acquisition, Ending, Identity, Lock, Mode, Queueing, Request, Retention, Token, Waiter,
@@ -1075,14 +1075,7 @@ fn shrink(
 /// Runs `cases` cases from `seed` against `server`; panics with the first failure, shrunk.
 fn fuzz(server: &RedisServer, seed: u64, cases: u64) {
     let mut con = server.client();
-    let access = Access {
-        connect_timeout: Duration::from_secs(5),
-        command_timeout: Duration::from_secs(5),
-        ..Access::default()
-    };
-    let mut session = Target::new(&server.url(), access)
-        .and_then(|target| target.connect())
-        .expect("connect");
+    let mut session = server.session();
     let mut tally = Tally::default();
     for case in 0..cases {
         let case_seed = seed.wrapping_add(case);

@@ -316,7 +316,8 @@ impl System {
                 continue;
             }
             let busy = c.inflight.iter().any(|s| !s.abandoned);
-            if busy && self.stalled.is_some() {
+            // (Once a token: a client that gave a request up waits for the one it sends next.)
+            if busy && self.stalled.is_some() && !c.unanswered {
                 actions.push(Action::Abandon(i));
             }
             match &c.phase {
@@ -734,6 +735,10 @@ impl System {
         let s = &mut self.server;
         s.now = 0;
         s.history.clear();
+        // (Orders that mean nothing: holders by token, wake lists by waiter, marks by token.)
+        s.holders.sort_by_key(|h| h.tok);
+        s.wake.sort_by_key(|list| list.id);
+        s.cancel.sort_unstable();
         for h in &mut s.holders {
             t(&mut h.since);
             t(&mut h.exp);

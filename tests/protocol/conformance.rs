@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use redlock::conn::{Access, Session, Target};
+use redlock::conn::Session;
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{
     Acquisition, Ending as Reported, Identity, Lock, Mode as RealMode, Queueing, Refreshed,
@@ -114,6 +114,17 @@ fn waiter_id(wid: Wid) -> String {
     format!("{:016x}", u32::from(wid) + 1)
 }
 
+/// Client `client`'s token and its place in the queue.
+fn place(clients: &[Client], client: usize) -> (Tok, Waiter) {
+    let tok = clients[client].tok(client);
+    let place = Waiter {
+        id: waiter_id(tok),
+        token: token(tok),
+        claims: clients[client].claims,
+    };
+    (tok, place)
+}
+
 /// The identity a token's records carry: its pid tells the token.
 fn identity(tok: Tok) -> Identity {
     Identity {
@@ -195,14 +206,7 @@ impl Walk {
     pub fn new(seed: u64, clients: usize) -> Self {
         let server = RedisServer::start();
         let con = server.client();
-        let access = Access {
-            connect_timeout: Duration::from_secs(5),
-            command_timeout: Duration::from_secs(5),
-            ..Access::default()
-        };
-        let session = Target::new(&server.url(), access)
-            .and_then(|target| target.connect())
-            .expect("connect");
+        let session = server.session();
         let lock = Lock::new(
             &Prefix::new("redlock:").unwrap(),
             LockName::new(NAME).unwrap(),
@@ -487,12 +491,7 @@ impl Walk {
                 ttl,
                 mode,
             } => {
-                let tok = self.clients[client].tok(client);
-                let place = Waiter {
-                    id: waiter_id(tok),
-                    token: token(tok),
-                    claims: self.clients[client].claims,
-                };
+                let (tok, place) = place(&self.clients, client);
                 let who = identity(tok);
                 let request = Request {
                     token: &place.token,
@@ -542,12 +541,7 @@ impl Walk {
                 )
             }
             Step::Leave { client, mark } => {
-                let tok = self.clients[client].tok(client);
-                let place = Waiter {
-                    id: waiter_id(tok),
-                    token: token(tok),
-                    claims: self.clients[client].claims,
-                };
+                let (_, place) = place(&self.clients, client);
                 RealOutcome::Done(
                     lock.leave(session, &place, mark)
                         .map_err(|e| format!("{e:#}")),
@@ -566,12 +560,7 @@ impl Walk {
                 )
             }
             Step::Refresh { client } => {
-                let tok = self.clients[client].tok(client);
-                let place = Waiter {
-                    id: waiter_id(tok),
-                    token: token(tok),
-                    claims: self.clients[client].claims,
-                };
+                let (_, place) = place(&self.clients, client);
                 RealOutcome::Refresh(lock.refresh(session, &place).map_err(|e| format!("{e:#}")))
             }
             Step::Force => RealOutcome::Force(

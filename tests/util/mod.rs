@@ -213,6 +213,19 @@ impl RedisServer {
         con
     }
 
+    /// A session of redlock's own library with the server (5 s to connect, 5 s per command):
+    /// for tests that drive the lock engine directly.
+    pub fn session(&self) -> redlock::conn::Session {
+        let access = redlock::conn::Access {
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+            ..redlock::conn::Access::default()
+        };
+        redlock::conn::Target::new(&self.url(), access)
+            .and_then(|target| target.connect())
+            .expect("connect")
+    }
+
     /// The server's clock (TIME), in Unix ms.
     pub fn time_ms(&self) -> u64 {
         let time: Vec<String> = self.cmd(&["TIME"]);
