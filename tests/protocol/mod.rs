@@ -281,3 +281,32 @@ fn the_protocol_keeps_its_properties_in_every_interleaving_deeply() {
     );
     check_budgets(true, &[(2, 0, 0), (0, 1, 0), (1, 1, 0)], limit());
 }
+
+/// Which deliberate bugs the checker's properties catch when the model makes them (the
+/// conformance test catches every one in the scripts: the test above). Informational, in the
+/// long tier: the bugs a few clients cannot meet (a head lease needs a queue longer than the
+/// head places) survive here, and the report says which.
+#[test]
+#[ignore = "the long tier: tests/faults/run"]
+fn the_checker_catches_deliberate_bugs_in_the_model() {
+    for bug in mutants::BUGS {
+        let mut caught = Vec::new();
+        for (readers, crashes, pauses) in [(false, 1, 0), (false, 0, 1), (true, 1, 0), (true, 0, 1)]
+        {
+            let checked = check::Lock {
+                roles: clients(readers),
+                budget: clients::Budget {
+                    crashes,
+                    pauses,
+                    stalls: 0,
+                },
+                mutant: Some(bug.mutant),
+            }
+            .check(2, limit());
+            caught.extend(checked.broken.iter().map(|(property, _)| *property));
+        }
+        caught.sort_unstable();
+        caught.dedup();
+        println!("{:?}: the checker finds {caught:?}", bug.mutant);
+    }
+}
