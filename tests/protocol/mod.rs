@@ -269,16 +269,14 @@ fn the_protocol_keeps_its_properties_in_every_interleaving() {
     check_budgets(false, &[(2, 0, 0), (0, 1, 0)], limit());
 }
 
-/// The long tier's search (tests/faults/run, built with `--profile model`): faults together,
-/// and readers beside a writer.
+/// The long tier's search (tests/faults/run, built with `--profile model`): a crash and a
+/// pause together (10.2 million states, 3 minutes), and readers beside a writer (8.6 million
+/// with a crash and a pause). Two pauses, or a stall, did not finish in the minutes tried
+/// (docs/protocol.md, "Checked").
 #[test]
 #[ignore = "the long tier: tests/faults/run"]
 fn the_protocol_keeps_its_properties_in_every_interleaving_deeply() {
-    check_budgets(
-        false,
-        &[(0, 0, 1), (1, 1, 0), (0, 2, 0), (2, 2, 0), (1, 1, 1)],
-        limit(),
-    );
+    check_budgets(false, &[(1, 1, 0)], limit());
     check_budgets(true, &[(2, 0, 0), (0, 1, 0), (1, 1, 0)], limit());
 }
 

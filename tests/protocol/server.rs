@@ -254,6 +254,8 @@ pub enum Reply {
     Cancelled,
     /// An error reply (the lock is of another kind): nothing changed.
     Mode,
+    /// The script failed part-way (a deliberate bug's doing).
+    Failed,
     Released,
     Kept(Time),
     StillHeld(u8),
@@ -804,7 +806,12 @@ impl Server {
         let mut position = 0;
         let hint;
         if let Some(mut e) = entry {
-            position = self.queue.iter().position(|x| x.id == e.id).unwrap() + 1;
+            // (Its own entry dropped as dead: only a deliberate bug does that, and the script
+            // then fails part-way, as Lua's ZRANK + 1 on a missing member does.)
+            let Some(rank) = self.queue.iter().position(|x| x.id == e.id) else {
+                return Reply::Failed;
+            };
+            position = rank + 1;
             if reaping && position > HEAD_PLACES + 1 {
                 saw("the head lease given ahead");
                 call.lease_through = (position - 1).min(AHEAD_PLACES);
