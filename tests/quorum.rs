@@ -549,6 +549,43 @@ fn a_stopped_master_does_not_stall_an_acquisition() {
     send_signal(masters.servers[0].pid(), "CONT");
 }
 
+/// A round ends once the answers decide it: with one of five masters stopped, an acquisition,
+/// its renewals and its release each cost the straggler grace (a quarter of a second), not the
+/// per-master limit (3 s here: a tenth of `--ttl 30s`). Repro: the acquisition took 3 s.
+#[test]
+fn a_stopped_master_costs_a_round_the_grace_not_its_limit() {
+    let masters = Masters::start(5);
+    send_signal(masters.servers[4].pid(), "STOP");
+    let timeouts = ["--command-timeout", "3s", "--connect-timeout", "3s"];
+    let started = Instant::now();
+    let mut args = timeouts.to_vec();
+    args.extend(["acquire", "--key", "q", "--ttl", "30s"]);
+    let out = masters.redlock(&args).run();
+    out.code(0);
+    let acquired_in = started.elapsed();
+    let token = out.stdout.trim().to_owned();
+    let started = Instant::now();
+    let mut args = timeouts.to_vec();
+    args.extend(["extend", "--key", "q", "--ttl", "30s"]);
+    masters
+        .redlock(&args)
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(0);
+    let extended_in = started.elapsed();
+    send_signal(masters.servers[4].pid(), "CONT");
+    // Well under the 3 s limit each, which the round waited out before.
+    assert!(
+        acquired_in < Duration::from_secs(2) && extended_in < Duration::from_secs(2),
+        "acquired in {acquired_in:?}, extended in {extended_in:?}: the stopped master's limit was waited out"
+    );
+    masters
+        .redlock(&["release", "--key", "q"])
+        .env("REDLOCK_TOKEN", &token)
+        .run()
+        .code(0);
+}
+
 /// The round takes longer than the lease (a majority answers late): validity is gone, so no
 /// acquisition, and whatever the late masters granted is given back.
 #[test]

@@ -148,14 +148,34 @@ impl Quorum {
         let limit = per_master_limit(self.request_timeout, request.ttl);
         let (asked, token, who) = (lock.clone(), request.token.clone(), request.who.clone());
         let owned = *request;
-        let replies = self.fan_out(limit, move |session| {
-            let request = Request {
-                token: &token,
-                who: &who,
-                ..owned
-            };
-            asked.acquire(session, &request, Queueing::No)
-        });
+        let (masters, majority) = (self.len(), self.majority());
+        let replies = self.fan_out_until(
+            limit,
+            move |session| {
+                let request = Request {
+                    token: &token,
+                    who: &who,
+                    ..owned
+                };
+                asked.acquire(session, &request, Queueing::No)
+            },
+            |_| true,
+            // Decided once a majority granted it, or once enough did not that a majority no
+            // longer can: a stopped master then costs the straggler grace, not its limit.
+            move |replies| {
+                let granted = replies
+                    .iter()
+                    .filter(|reply| matches!(reply, Some(Ok(Acquisition::Acquired(_)))))
+                    .count();
+                let refused = replies
+                    .iter()
+                    .filter(|reply| {
+                        reply.is_some() && !matches!(reply, Some(Ok(Acquisition::Acquired(_))))
+                    })
+                    .count();
+                granted >= majority || refused > masters - majority
+            },
+        );
         let round = Round::of(&replies);
         if let Some(acquired) = self.confirm(lock, request, &round, sent, limit) {
             return acquired;
@@ -299,7 +319,8 @@ impl Quorum {
         let _ = self.fan_out(limit, move |session| lock.leave(session, &waiter, true));
     }
 
-    /// Resets the lease of `token` to `ttl` on every master, within `limit` each. `Ok(true)`:
+    /// Resets the lease of `token` to `ttl` on every master, within `limit` each, and returns
+    /// once the answers decide it (see `fan_out_until`). `Ok(true)`:
     /// a majority confirmed it. `Ok(false)`: too few masters still hold it for a majority
     /// ever to confirm it again (lost). An error: not confirmed, not known to be lost.
     pub(crate) fn extend(
@@ -310,9 +331,25 @@ impl Quorum {
         limit: Duration,
     ) -> anyhow::Result<bool> {
         let (lock, token) = (lock.clone(), token.clone());
-        let replies = self.fan_out(limit, move |session| {
-            lock.extend(session, &token, ttl, None)
-        });
+        let (masters, majority) = (self.len(), self.majority());
+        let replies = self.fan_out_until(
+            limit,
+            move |session| lock.extend(session, &token, ttl, None),
+            |_| true,
+            // Decided once a majority confirmed it, or once enough no longer hold it that a
+            // majority cannot: a stopped master costs a renewal the straggler grace.
+            move |replies| {
+                let confirmed = replies
+                    .iter()
+                    .filter(|r| matches!(r, Some(Ok(true))))
+                    .count();
+                let lost = replies
+                    .iter()
+                    .filter(|r| matches!(r, Some(Ok(false))))
+                    .count();
+                confirmed >= majority || lost > masters - majority
+            },
+        );
         let confirmed = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         let unknown = replies.iter().filter(|r| r.is_err()).count();
         if confirmed >= self.majority() {

@@ -1,7 +1,7 @@
 //! How quorum mode asks its masters: each master's kept connection and helper thread
 //! (`Master`), and the rounds that send one request to many masters at once and gather the
-//! replies, all of them or a majority (`Quorum::fan_out`, `fan_out_to_majority`,
-//! `fan_out_where`).
+//! replies, all of them, a majority, or as many as decide the round (`Quorum::fan_out`,
+//! `fan_out_to_majority`, `fan_out_until`, `fan_out_where`).
 
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -112,15 +112,32 @@ impl Quorum {
         request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
         chosen: impl Fn(usize) -> bool,
     ) -> Vec<anyhow::Result<T>> {
-        // Every master on a helper, none on this thread: it waits for a majority only.
+        let majority = self.majority();
+        self.fan_out_until(limit, request, chosen, |results| {
+            results.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority
+        })
+    }
+
+    /// Runs `request` on the masters `chosen` by index (the others' replies are "no answer
+    /// yet"), each within `limit` to connect and `limit` for the request, and returns once
+    /// every chosen master has answered or failed, or the replies so far have `settled` the
+    /// round and the rest did not answer within [`STRAGGLER_GRACE`]. A master still in flight
+    /// then is counted as failed ("no answer yet"); its request goes on without us and ends
+    /// within its own bounds (or with the process). So a stopped master costs a round the
+    /// grace, not its limit, whenever the others decide it.
+    pub(super) fn fan_out_until<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
+        chosen: impl Fn(usize) -> bool,
+        settled: impl Fn(&[Option<anyhow::Result<T>>]) -> bool,
+    ) -> Vec<anyhow::Result<T>> {
+        // Every master on a helper, none on this thread: it waits for the round to settle only.
         let (mut results, replies) =
             self.send_out(limit, move |_, session| request(session), &chosen, None);
         let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
-        let answered = |results: &[Option<anyhow::Result<T>>]| {
-            results.iter().filter(|r| matches!(r, Some(Ok(_)))).count()
-        };
         while (0..results.len()).any(|index| chosen(index) && results[index].is_none()) {
-            if answered(&results) >= self.majority() {
+            if settled(&results) {
                 // The rest get a moment (a healthy master answers in it, and its part of the
                 // lock goes too), not the whole limit.
                 deadline = deadline.min(BootInstant::now() + STRAGGLER_GRACE);
