@@ -12,7 +12,9 @@
 //! - every key but the fence counter has an expiry;
 //! - a live waiter is handed a free lock within a bound, each dead or paused client costing
 //!   it at most a lease more;
-//! - a request given up on (its token marked) never becomes a holder.
+//! - a request given up on (its token marked) never becomes a holder;
+//! - first come, first served: no live waiter whose entry has not lapsed is overtaken by one
+//!   queued behind it (or by one not queued at all).
 //!
 //! Beside them, "sometimes" properties show the search reaches what it must (a hand-over to a
 //! waiter, a grant taken back unheard, a late request refused): a model that could no longer
@@ -84,6 +86,10 @@ fn waiters_get_a_free_lock_in_time(_: &Lock, state: &System) -> bool {
     state.ghost.starving <= bound(state)
 }
 
+fn first_come_first_served(_: &Lock, state: &System) -> bool {
+    !state.ghost.overtaken
+}
+
 fn given_up_requests_take_nothing(_: &Lock, state: &System) -> bool {
     state
         .server
@@ -130,6 +136,10 @@ impl Model for Lock {
             Property::always(
                 "a request given up on never becomes a holder",
                 given_up_requests_take_nothing,
+            ),
+            Property::always(
+                "no live waiter is overtaken by one queued behind it",
+                first_come_first_served,
             ),
             Property::sometimes("every client held the lock", |_, state: &System| {
                 usize::from(state.ghost.starts) >= state.clients.len()

@@ -23,7 +23,7 @@
 //! beyond which no rule looks back), fences renumbered keeping their order, the history left
 //! out (the conformance test holds it to the scripts).
 
-use super::server::{Acquire, Holder, Mode, Msg, Reply, Server, Time, Timing, Tok, Wid};
+use super::server::{Acquire, Entry, Holder, Mode, Msg, Reply, Server, Time, Timing, Tok, Wid};
 
 /// The checker's timing, in ticks: the scripts' lengths in their order (a grant's wake-up is
 /// heard within a tick, a waiter near the head looks every tick, the head lease is three, a
@@ -181,6 +181,9 @@ pub struct Ghost {
     pub faults: u8,
     /// Commands started so far.
     pub starts: u8,
+    /// A holder was admitted while a live waiter ahead of it in the queue, its entry not
+    /// lapsed, was left waiting: see `serve`.
+    pub overtaken: bool,
 }
 
 /// The whole system: the lock's keys, the clients, the server's stall, the faults left.
@@ -530,6 +533,10 @@ impl System {
     /// whose lists it pushed to.
     fn serve(&mut self, i: usize, n: usize) {
         let sent = self.clients[i].inflight.remove(n);
+        let (queued, held): (Vec<Entry>, Vec<Tok>) = (
+            self.server.queue.clone(),
+            self.server.holders.iter().map(|h| h.tok).collect(),
+        );
         let mode = self.clients[i].mode;
         let claims = self.clients[i].role == Role::Acquire;
         let reply = match sent.request {
@@ -552,6 +559,7 @@ impl System {
                 self.server.leave(sent.wid, sent.tok, mark)
             }
         };
+        self.note_overtaking(&queued, &held);
         let skew = self.now() - sent.at;
         let c = &mut self.clients[i];
         // The answer reaches a client that still waits for it; a crashed one's, or one given
@@ -565,6 +573,36 @@ impl System {
             });
         }
         self.pop_for_blocked();
+    }
+
+    /// First come, first served: each holder a script just admitted (absent from `held`
+    /// before it) had no one ahead of it in the queue as it was (`queued`) who is left
+    /// waiting though live, with its entry not lapsed (a lapsed one may be skipped, as
+    /// `hand_off` skips the dead). Readers admitted together with the head are not overtaken.
+    fn note_overtaking(&mut self, queued: &[Entry], held: &[Tok]) {
+        let now = self.now();
+        let admitted: Vec<Tok> = self
+            .server
+            .holders
+            .iter()
+            .map(|h| h.tok)
+            .filter(|tok| !held.contains(tok))
+            .collect();
+        for tok in &admitted {
+            let ahead = queued
+                .iter()
+                .position(|e| e.tok == *tok)
+                .unwrap_or(queued.len());
+            let overtaken = queued[..ahead].iter().any(|e| {
+                !admitted.contains(&e.tok)
+                    && e.exp > now
+                    && self.client_of(e.tok).is_some_and(|j| {
+                        let c = &self.clients[j];
+                        c.live() && c.tok(j) == e.tok && matches!(c.phase, Phase::Waiting { .. })
+                    })
+            });
+            self.ghost.overtaken |= overtaken;
+        }
     }
 
     /// Redis serves blocked clients right after a script pushed to their lists.

@@ -281,13 +281,17 @@ fn the_protocol_keeps_its_properties_in_every_interleaving_deeply() {
 }
 
 /// Which deliberate bugs the checker's properties catch when the model makes them (the
-/// conformance test catches every one in the scripts: the test above). Informational, in the
-/// long tier: the bugs a few clients cannot meet (a head lease needs a queue longer than the
-/// head places) survive here, and the report says which.
+/// conformance test catches every one in the scripts: the test above), in the long tier:
+/// every one but the two a few clients cannot meet ([`CHECKER_MISSES`]).
 #[test]
 #[ignore = "the long tier: tests/faults/run"]
 fn the_checker_catches_deliberate_bugs_in_the_model() {
-    for bug in mutants::BUGS {
+    // `REDLOCK_MODEL_MUTANT` (a bug's name, e.g. SkipHeadCheck) checks that one alone.
+    let only = std::env::var("REDLOCK_MODEL_MUTANT").ok();
+    for bug in mutants::BUGS.iter().filter(|bug| {
+        only.as_ref()
+            .is_none_or(|name| *name == format!("{:?}", bug.mutant))
+    }) {
         let mut caught = Vec::new();
         for (readers, crashes, pauses) in [(false, 1, 0), (false, 0, 1), (true, 1, 0), (true, 0, 1)]
         {
@@ -306,5 +310,19 @@ fn the_checker_catches_deliberate_bugs_in_the_model() {
         caught.sort_unstable();
         caught.dedup();
         println!("{:?}: the checker finds {caught:?}", bug.mutant);
+        // A weakened property or model shows as a bug it no longer catches.
+        assert!(
+            !caught.is_empty() || CHECKER_MISSES.contains(&bug.mutant),
+            "{:?}: the checker no longer catches it",
+            bug.mutant
+        );
     }
 }
+
+/// The deliberate bugs three clients cannot meet in the searched budgets (docs/protocol.md,
+/// "Checked"): a head lease matters with a queue longer than the head places, reaping by a
+/// steady waiter after a server stall. The conformance test catches both in the scripts.
+const CHECKER_MISSES: &[server::Mutant] = &[
+    server::Mutant::NoHeadLease,
+    server::Mutant::ReapWithoutSteady,
+];
