@@ -4,7 +4,7 @@
 //! afterwards (`inspect`: live holders, live waiters in order, the queue's length, the last
 //! fence; the history's ends; which keys exist, each with an expiry but the fence counter;
 //! each wake list's messages) must be what the model predicts. Any difference fails with the
-//! seed and the trace up to it.
+//! seed, the trace up to it, and the shortest replay of it that still differs (`shrink`).
 //!
 //! Time is made unambiguous: the walk advances in ticks of [`TICK_MS`], each step runs within
 //! the first quarter of its tick on the server's clock, and every length of time the scripts
@@ -178,8 +178,9 @@ pub enum Walked {
     Agreed { steps: usize },
     /// The machine delayed a step past its quarter tick: nothing can be said.
     Inconclusive,
-    /// A difference, with the trace up to it.
-    Differed(String),
+    /// A difference, with the trace up to it, and the steps that led to it (the last one
+    /// the step that differed), which replay it.
+    Differed { why: String, steps: Vec<Step> },
 }
 
 /// The walk's driver: the real lock and its model, side by side.
@@ -198,6 +199,8 @@ pub struct Walk {
     /// The fence each token was last acquired or handed the lock with (for a lost release).
     held: HashMap<Tok, u32>,
     trace: Vec<String>,
+    /// Every step made so far, the ones the walk made on its own included: a replay.
+    made: Vec<Step>,
     rng: Rng,
     semaphore: Option<u8>,
 }
@@ -233,6 +236,7 @@ impl Walk {
             fences: HashMap::new(),
             held: HashMap::new(),
             trace: Vec::new(),
+            made: Vec::new(),
             rng,
             semaphore,
         }
@@ -340,15 +344,19 @@ impl Walk {
                         && self.rng.chance(80)
                     {
                         self.predict(&Step::Renew { client });
+                        self.made.push(Step::Renew { client });
                     }
                 }
                 Ok(()) => {}
                 Err(Some(difference)) => {
-                    return Walked::Differed(format!(
-                        "{difference}\ntrace ({} steps):\n{}",
-                        self.trace.len(),
-                        self.trace.join("\n")
-                    ));
+                    return Walked::Differed {
+                        why: format!(
+                            "{difference}\ntrace ({} steps):\n{}",
+                            self.trace.len(),
+                            self.trace.join("\n")
+                        ),
+                        steps: std::mem::take(&mut self.made),
+                    };
                 }
                 Err(None) => return Walked::Inconclusive,
             }
@@ -360,6 +368,7 @@ impl Walk {
     /// Makes one step on both sides and compares them: `Err(None)` when the step ran too late
     /// in its tick to say anything.
     fn step(&mut self, step: &Step) -> Result<(), Option<String>> {
+        self.made.push(step.clone());
         if let Step::Tick(ticks) = step {
             let tick = self.model.now - self.model.now % TICK_MS;
             self.model.now = tick + Time::from(*ticks) * TICK_MS;
@@ -980,12 +989,23 @@ impl std::fmt::Display for RealOutcome {
 }
 
 /// Runs one seeded walk of `steps` (after `opening`) on a fresh server with `clients` clients,
-/// again (at most three times) when the machine made it inconclusive.
+/// again (at most three times) when the machine made it inconclusive. A difference is
+/// reported with the seed and the shortest trace that still shows one ([`shrink`]).
 pub fn walk(seed: u64, clients: usize, opening: &[Step], steps: usize) -> Result<usize, String> {
     for _attempt in 0..3 {
         match walk_once(seed, clients, opening, steps) {
             Walked::Agreed { steps } => return Ok(steps),
-            Walked::Differed(why) => return Err(why),
+            Walked::Differed { why, steps } => {
+                let budget = std::env::var("REDLOCK_SHRINK_SECS")
+                    .ok()
+                    .and_then(|secs| secs.parse().ok())
+                    .map_or(Duration::from_secs(300), Duration::from_secs);
+                let (shortest, shown) = shrink(clients, steps, budget);
+                return Err(format!(
+                    "{why}\n\nthe shortest trace found that still differs ({} steps; replay it as an opening):\n{shortest:#?}\n{shown}",
+                    shortest.len()
+                ));
+            }
             Walked::Inconclusive => {}
         }
     }
@@ -1002,10 +1022,53 @@ pub fn walk_once(seed: u64, clients: usize, opening: &[Step], steps: usize) -> W
         walk.semaphore = None;
     }
     match walk.run(opening, steps) {
-        Walked::Differed(why) => Walked::Differed(format!(
-            "the scripts differ from the model (seed {seed}, {clients} clients): {why}\nserver log:\n{}",
-            walk.log()
-        )),
+        Walked::Differed { why, steps } => Walked::Differed {
+            why: format!(
+                "the scripts differ from the model (seed {seed}, {clients} clients): {why}\nserver log:\n{}",
+                walk.log()
+            ),
+            steps,
+        },
+        other => other,
+    }
+}
+
+/// The shortest replay of `steps` (a walk that differed, ending with the step that did) that
+/// still differs, found within `budget`: chunks of steps left out, halving their size down to
+/// single steps, each candidate replayed on a fresh server (a replay the machine made
+/// inconclusive counts as agreeing). Returns the steps and what the shortest replay reported.
+pub fn shrink(clients: usize, mut steps: Vec<Step>, budget: Duration) -> (Vec<Step>, String) {
+    let until = Instant::now() + budget;
+    let mut shown = String::new();
+    let mut chunk = steps.len().div_ceil(2);
+    while chunk > 0 && Instant::now() < until {
+        let mut start = 0;
+        while start < steps.len() && Instant::now() < until {
+            let mut candidate = steps.clone();
+            candidate.drain(start..(start + chunk).min(steps.len()));
+            match replay(clients, &candidate) {
+                Walked::Differed { why, steps: made } => {
+                    // What ran up to the difference: it may end before the candidate does.
+                    steps = made;
+                    shown = why;
+                }
+                Walked::Agreed { .. } | Walked::Inconclusive => start += chunk,
+            }
+        }
+        chunk /= 2;
+    }
+    (steps, shown)
+}
+
+/// Runs exactly `steps` on a fresh server with `clients` clients.
+pub fn replay(clients: usize, steps: &[Step]) -> Walked {
+    let mut walk = Walk::new(0, clients);
+    walk.semaphore = None;
+    match walk.run(steps, 0) {
+        Walked::Differed { why, steps } => Walked::Differed {
+            why: format!("{why}\nserver log:\n{}", walk.log()),
+            steps,
+        },
         other => other,
     }
 }

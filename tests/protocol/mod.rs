@@ -183,6 +183,46 @@ fn the_conformance_test_tells_each_deliberate_bug_from_the_model() {
     );
 }
 
+/// A difference is reported with the shortest trace that still shows it: a deliberate bug's
+/// first differing walk, shrunk, is a few steps that replay to a difference again (the bug
+/// needs two: a hold, and a release by a token that does not hold it). About a second.
+#[test]
+fn a_difference_is_reported_with_the_shortest_trace() {
+    let bug = mutants::BUGS
+        .iter()
+        .find(|bug| bug.mutant == server::Mutant::ReleaseWithoutToken)
+        .unwrap();
+    let seed = seed();
+    redlock::with_scripts(&bug.copy(), || {
+        let steps = (0..20)
+            .find_map(|n| match conformance::walk_once(seed + n, 4, &[], 200) {
+                conformance::Walked::Differed { steps, .. } => Some(steps),
+                _ => None,
+            })
+            .expect("twenty walks never met the bug");
+        let (shortest, shown) =
+            conformance::shrink(4, steps.clone(), std::time::Duration::from_secs(900));
+        println!(
+            "{} steps shrunk to {}: {shortest:?}\n{shown}",
+            steps.len(),
+            shortest.len()
+        );
+        assert!(
+            shortest.len() <= 4,
+            "shrunk from {} steps to {} only: {shortest:?}",
+            steps.len(),
+            shortest.len()
+        );
+        assert!(
+            matches!(
+                conformance::replay(4, &shortest),
+                conformance::Walked::Differed { .. }
+            ),
+            "the shortest trace does not replay to a difference: {shortest:?}"
+        );
+    });
+}
+
 /// The three clients the checker runs: two `run` and one `acquire --wait`, all exclusive, or
 /// two `run` readers and an `acquire --wait` writer.
 fn clients(readers: bool) -> Vec<(clients::Role, Mode)> {

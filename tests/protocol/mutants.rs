@@ -111,7 +111,7 @@ impl Bug {
                         opening,
                         steps,
                     ) {
-                        Walked::Differed(why) => {
+                        Walked::Differed { why, .. } => {
                             return Some(why.lines().next().unwrap_or_default().to_owned());
                         }
                         Walked::Agreed { .. } => break,
