@@ -1,4 +1,4 @@
-//! The client side of the protocol, as redlock's `run` and `acquire --wait` act on it, and the
+//! The client side of the protocol, as redlock's `run` and `acquire` (with `--wait` or not) act on it, and the
 //! faults around them: the whole system the checker searches (`check.rs`). docs/protocol.md
 //! says the same in words.
 //!
@@ -58,6 +58,8 @@ pub enum Role {
     Run,
     /// `acquire --wait`: claims the grant with a call.
     Acquire,
+    /// `acquire` without `--wait`: one call, never queued; busy, it is done.
+    Try,
 }
 
 /// A request a client sent, not yet run by the server.
@@ -544,7 +546,7 @@ impl System {
                 tok: sent.tok,
                 ttl: TTL,
                 mode,
-                waiter: Some(sent.wid),
+                waiter: (self.clients[i].role != Role::Try).then_some(sent.wid),
                 stay,
                 reenter: false,
                 claims,
@@ -677,6 +679,8 @@ impl System {
                     self.clients[i].unanswered = false;
                     self.start_command(i, fence, sent + TTL, sent + TTL / 3);
                 }
+                // Without `--wait`, busy is the end: exit 75.
+                _ if self.clients[i].role == Role::Try => self.clients[i].phase = Phase::Done,
                 Reply::Busy { hint, position, .. } if position > 0 => {
                     self.clients[i].phase = Phase::Waiting {
                         look_at: sent + hint,
