@@ -1,6 +1,6 @@
-//! The client side of the protocol, as redlock's `run` and `acquire` (with `--wait` or not) act on it, and the
-//! faults around them: the whole system the checker searches (`check.rs`). docs/protocol.md
-//! says the same in words.
+//! The client side of the protocol, as redlock's `run` and `acquire` (with `--wait` or not)
+//! act on it, and the faults around them: the whole system the checker searches
+//! (`check.rs`). docs/protocol.md says the same in words.
 //!
 //! Each client waits in the queue for one hold: it joins, blocks on its wake list (BLPOP) until
 //! its look is due, calls again, and holds the lock: a `run` client starts its command on a
