@@ -592,7 +592,10 @@ impl Session {
                         )
                         .context(self.dial.shown.clone()));
                     }
-                    let address = self.node_address(node)?;
+                    let address = match self.node_address(node) {
+                        Ok(address) => address,
+                        Err(err) => break Err(err),
+                    };
                     self.dial.learn(&address);
                     if kind == ServerErrorKind::Moved {
                         // Moved again: the nodes disagree about the slot's owner for now (a
@@ -640,9 +643,11 @@ impl Session {
                 );
             }
         };
-        // Later requests on this connection get the whole timeout again. A socket that takes
-        // no timeout is broken, and the next request on it says so.
-        let _ = self.con.set_timeout(self.command_timeout);
+        if redirections + retries > 0 {
+            // Later requests on this connection get the whole timeout again. (Setting it fails
+            // only on a socket no longer usable, whose next request fails anyway.)
+            let _ = self.con.set_timeout(self.command_timeout);
+        }
         result
     }
 
