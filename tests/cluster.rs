@@ -584,6 +584,73 @@ fn a_silent_seed_costs_one_timeout_and_the_next_seed_answers() {
     redlock("run", &["--key", "k", "--", "true"]).code(0);
 }
 
+/// A `run` whose only seed stops (SIGSTOP) while it holds the lock, and whose connection to the
+/// lock's node is then closed: the renewal that reconnects gives the silent seed one connect
+/// timeout, then reaches the node a redirection named earlier, and the run keeps its lock.
+/// Repro: every reconnect went to the stopped seed and waited out the command timeout; no
+/// renewal reached the lock's node again.
+#[test]
+fn a_run_whose_only_seed_stops_renews_through_a_node_it_learnt_of() {
+    let cluster = Cluster::start(1);
+    let seed = cluster
+        .nodes
+        .iter()
+        .find(|node| {
+            let role: Vec<redis::Value> = node.cmd(&["ROLE"]);
+            redis::from_redis_value::<String>(role[0].clone()).unwrap() == "slave"
+        })
+        .unwrap();
+    let owner = cluster.node_of("redlock:{k}:holders");
+    let dir = TempDir::new("learnt");
+    let running = Redlock::new(&[
+        "run",
+        "--connect-timeout",
+        "1s",
+        "--command-timeout",
+        "1s",
+        "--key",
+        "k",
+        "--ttl",
+        "9s",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(format!(
+        "touch {d}/started; while [ ! -e {d}/go ]; do sleep 0.1; done",
+        d = dir.path().display()
+    ))
+    .env(
+        "REDLOCK_URL",
+        &format!("redis+cluster://127.0.0.1:{}", seed.port),
+    )
+    .spawn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        dir.path().join("started").exists()
+    }));
+    // The cluster's Drop continues the stopped node before it kills it.
+    send_signal(seed.pid(), "STOP");
+    owner.cmd::<()>(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    // From now on only a new connection renews the lease.
+    let pttl = || owner.cmd::<i64>(&["PTTL", "redlock:{k}:holders"]);
+    let (killed, left) = (std::time::Instant::now(), pttl());
+    // Renewed since: more lease left than there was, less the time gone by.
+    let reconnected = wait_until(Duration::from_secs(15), || {
+        let gone = i64::try_from(killed.elapsed().as_millis()).unwrap();
+        let now = pttl();
+        // (Negative: no key, the lease lapsed.)
+        now > 0 && now > left - gone + 500
+    });
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = running.wait(Duration::from_secs(20));
+    assert!(
+        reconnected,
+        "no renewal reached the lock's node: {}",
+        out.stderr
+    );
+    out.code(0);
+}
+
 /// A slot stuck half-migrated (MIGRATING, some of lock k's keys there and others not) refuses
 /// every read of k with TRYAGAIN; the locks of other slots are still read. `list` and `metrics`
 /// show them, and k as unreadable, with a warning naming it (exit 0). Repro: both failed (69)
