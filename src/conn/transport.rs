@@ -417,19 +417,44 @@ impl Read for Recording<'_> {
     }
 }
 
-/// Resolves `host` and connects to its addresses in turn until one answers or `deadline`.
+/// How long the first connect attempt waits for an answer; each later one waits twice as long
+/// as the one before. The kernel sends a SYN that got no answer again only after a second (the
+/// initial retransmission timeout of RFC 6298), and a connection whose first SYN was lost
+/// would cost that second; a new socket after 250 ms sends a new SYN instead.
+const FIRST_ATTEMPT: Duration = Duration::from_millis(250);
+
+/// Resolves `host` and connects to its addresses until one answers or `deadline`: in rounds,
+/// each address in turn per round, each attempt a new socket (a new SYN) waiting
+/// [`FIRST_ATTEMPT`] in the first round and twice as long in each next one, the last cut to
+/// what is left of the deadline. An address that answered with a refusal or an error is not
+/// tried again (a refusal still fails at once); only silence is. Every address gets its first
+/// attempt early, so a silent address no longer uses up the deadline of the ones after it.
 fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
-    let addresses: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    let mut addresses: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing");
-    for address in addresses {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+    let mut wait = FIRST_ATTEMPT;
+    while !addresses.is_empty() {
+        let mut silent = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            match TcpStream::connect_timeout(&address, wait.min(left)) {
+                Ok(tcp) => return Ok(tcp),
+                Err(err) => {
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                    ) {
+                        silent.push(address);
+                    }
+                    last = err;
+                }
+            }
         }
-        match TcpStream::connect_timeout(&address, left) {
-            Ok(tcp) => return Ok(tcp),
-            Err(err) => last = err,
-        }
+        addresses = silent;
+        wait = wait.saturating_mul(2);
     }
     Err(last)
 }

@@ -7,10 +7,11 @@
 //! ([`NetRedis`], [`Host::redlock`]). Faults are nft rules inside a host's namespace: its
 //! packets dropped or refused, to everyone or to some hosts ([`Host::drop_all`],
 //! [`Host::reject_all`], [`Host::drop_between`], [`Net::partition`]), or flapping
-//! ([`Host::flap`]); or its link taken down ([`Host::cut`]); or the suite's proxy placed in the
-//! host to delay or stall it ([`Host::proxy`]); [`Host::heal`] undoes them all. The test
-//! itself reaches every server over a Unix socket, which no network fault touches: the oracles
-//! see the servers whatever the clients see.
+//! ([`Host::flap`]), or only the first SYN of each peer ([`Host::drop_first_syn`]); or its
+//! link taken down ([`Host::cut`]); or the suite's proxy placed in the host to delay or stall
+//! it ([`Host::proxy`]); [`Host::heal`] undoes them all. The test itself reaches every server
+//! over a Unix socket, which no network fault touches: the oracles see the servers whatever
+//! the clients see.
 //!
 //! Namespaces are named after the test process's pid and a counter, so parallel tests do not
 //! collide, and are deleted in `Drop` with every process still in them, even when a test
@@ -255,10 +256,16 @@ impl Host {
 
     /// Replaces this host's fault rules with `input` and `output` (nft rule lines).
     fn rules(&self, input: &[String], output: &[String]) {
+        self.rules_with("", input, output);
+    }
+
+    /// Like [`Self::rules`], with `declarations` (sets) in the table beside the chains.
+    fn rules_with(&self, declarations: &str, input: &[String], output: &[String]) {
         let script = format!(
-            "table inet {TABLE} {{}}\ndelete table inet {TABLE}\ntable inet {TABLE} {{\n\
+            "table inet {TABLE} {{}}\ndelete table inet {TABLE}\ntable inet {TABLE} {{\n{}\n\
              chain input {{\ntype filter hook input priority 0; policy accept;\n{}\n}}\n\
              chain output {{\ntype filter hook output priority 0; policy accept;\n{}\n}}\n}}\n",
+            declarations,
             input.join("\n"),
             output.join("\n")
         );
@@ -305,6 +312,36 @@ impl Host {
             &[format!("iifname \"{LINK}\" ip saddr {{ {set} }} drop")],
             &[format!("oifname \"{LINK}\" ip daddr {{ {set} }} drop")],
         );
+    }
+
+    /// The first SYN each peer sends to `port` here is dropped, and only that one: a peer's
+    /// next SYN passes, whether the kernel sent it again on the same socket (a second later,
+    /// RFC 6298) or the peer opened another socket. Installing the rules again forgets the
+    /// peers seen; [`Self::syns_dropped`] counts the drops since.
+    pub(super) fn drop_first_syn(&self, port: u16) {
+        self.rules_with(
+            "set seen { type ipv4_addr; flags dynamic; }",
+            &[format!(
+                "iifname \"{LINK}\" tcp dport {port} tcp flags & (syn | ack) == syn \
+                 ip saddr != @seen add @seen {{ ip saddr }} counter drop"
+            )],
+            &[],
+        );
+    }
+
+    /// How many SYNs [`Self::drop_first_syn`] dropped since it was installed.
+    pub(super) fn syns_dropped(&self) -> u64 {
+        let out = self
+            .command("nft")
+            .args(["list", "table", "inet", TABLE])
+            .output()
+            .expect("nft list table");
+        let listed = String::from_utf8_lossy(&out.stdout);
+        listed
+            .split_once("counter packets ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|count| count.parse().ok())
+            .unwrap_or_else(|| panic!("no counter in the host's rules:\n{listed}"))
     }
 
     /// The link goes down (a cable pulled): the host's own connects fail at once (network

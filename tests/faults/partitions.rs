@@ -1,10 +1,10 @@
 //! Faults of the network and of the clock, with real packets and a real clock jump: Redis
-//! unreachable under a holder and its waiters (T7), a flapping link under contention (T8), a
-//! quorum client cut off from masters (T16 T17), split brain after a Sentinel failover (T22),
-//! and wall-clock jumps on the Redis host and on a client host (T26). The network rows run
-//! servers and clients in network namespaces of their own (network.rs) and are skipped, saying
-//! why, where the machine cannot make them; the clock rows run servers and clients under
-//! libfaketime and are skipped without it.
+//! unreachable under a holder and its waiters (T7), a flapping link under contention (T8), the
+//! first SYN of each connection lost (T8b), a quorum client cut off from masters (T16 T17),
+//! split brain after a Sentinel failover (T22), and wall-clock jumps on the Redis host and on
+//! a client host (T26). The network rows run servers and clients in network namespaces of
+//! their own (network.rs) and are skipped, saying why, where the machine cannot make them; the
+//! clock rows run servers and clients under libfaketime and are skipped without it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -438,6 +438,79 @@ fn a_flapping_link_never_lets_two_holders_overlap() {
         period.as_secs(),
         figures.join("; ")
     );
+    tally.finish();
+}
+
+/// The bound T8b holds each command to when the first SYN of its connection is lost: well
+/// under the kernel's own retransmission of it, a second later (RFC 6298), and well over the
+/// 250 ms redlock's first connect attempt waits.
+const LOST_SYN_BOUND: Duration = Duration::from_millis(800);
+
+/// T8b: the first SYN each command sends to Redis is dropped (and only that one). redlock
+/// gives up on a connect attempt after 250 ms and sends a new SYN on a new socket, so the
+/// command ends well within [`LOST_SYN_BOUND`]; waiting for the kernel to send it again would
+/// take a second. `acquire`, `inspect` and `release` with `--connect-timeout 2s`, ten times
+/// each: a command at the bound or over it is a missed bound.
+#[test]
+fn a_lost_first_syn_costs_a_short_attempt_not_a_second() {
+    let (id, name) = ("T8b", "first SYN of each command dropped");
+    let Some(mut net) = network_or_skip(id, name) else {
+        return;
+    };
+    let mut tally = Tally::new(id, name);
+    let redis_host = net.host();
+    let client = net.host();
+    let server = NetRedis::start(&redis_host, REDIS_PORT, &[]);
+    let url = server.url();
+    let mut slowest = Duration::ZERO;
+    let mut over = Vec::new();
+    for _ in 0..10 {
+        let mut token = String::new();
+        for command in ["acquire", "inspect", "release"] {
+            let mut redlock = client
+                .redlock(&[command, "--key", "syn", "--connect-timeout", "2s"])
+                .env("REDLOCK_URL", &url);
+            redlock = match command {
+                "acquire" => redlock.args(&["--ttl", "60s"]),
+                "release" => redlock.env("REDLOCK_TOKEN", &token),
+                _ => redlock,
+            };
+            redis_host.drop_first_syn(REDIS_PORT);
+            let out = redlock.run();
+            out.code(0);
+            assert!(
+                redis_host.syns_dropped() >= 1,
+                "{command}: no SYN was dropped, the fault did not happen"
+            );
+            if command == "acquire" {
+                token = out.stdout.trim().to_owned();
+            }
+            tally.runs += 1;
+            tally.faults += 1;
+            slowest = slowest.max(out.elapsed);
+            if out.elapsed >= LOST_SYN_BOUND {
+                tally.missed_bounds += 1;
+                over.push(format!("{command} {} ms", out.elapsed.as_millis()));
+            }
+        }
+        assert!(
+            server.holders("syn").is_empty(),
+            "the release left a holder"
+        );
+    }
+    redis_host.heal();
+    tally.notes = format!(
+        "acquire, inspect, release with --connect-timeout 2s, the first SYN of each dropped: \
+         slowest {} ms (bound {} ms){}",
+        slowest.as_millis(),
+        LOST_SYN_BOUND.as_millis(),
+        if over.is_empty() {
+            String::new()
+        } else {
+            format!("; over it: {}", over.join(", "))
+        }
+    );
+    println!("{id}: {}", tally.notes);
     tally.finish();
 }
 

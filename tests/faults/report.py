@@ -38,7 +38,7 @@ print(f"Run on {args.started} with `{args.command}` ({int(args.seconds) // 60} m
       f"{int(args.seconds) % 60} s; exit status {args.status}). Machine: {cores} CPUs, "
       f"Linux {platform.release()}, redis-server {redis}; redlock's debug build, every "
       "process against its own redis-server on loopback, but in the network rows (T7, T8, "
-      "T16 T17, T22), where servers and clients run in network namespaces of their own, "
+      "T8b, T16 T17, T22), where servers and clients run in network namespaces of their own, "
       "linked by veth pairs, and nft drops their packets. The suite, its oracles and the "
       "scenarios are in `tests/faults/`; each has an id (T1-T43) that stays the same from run to run.")
 print()
@@ -55,7 +55,7 @@ print("Every cell below comes from that run. **runs**: acquisitions attempted; *
       "more than 1.5 s after its command with Redis stopped; T7, T16 T17: the command of a "
       "holder cut off from Redis ending after its lease lapsed on the server, a lease lapsing more than the "
       "TTL after the cut, or a cut-off waiter more than "
-      "1 s past its --wait; T26: a waiter across a clock jump off its --wait by 1 s or more; "
+      "1 s past its --wait; T8b: a command whose first SYN was dropped taking 800 ms or more; T26: a waiter across a clock jump off its --wait by 1 s or more; "
       "T23: a lock free between holders for more than 3 s, the killed master's beyond the time "
       "until it could be taken again; T41: a release given up on across a Sentinel failover, or "
       "the waiter behind it starting more than 3 s after the promotion).")
