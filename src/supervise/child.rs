@@ -49,6 +49,9 @@ pub(crate) struct Spec<'a> {
     /// init): there getppid says 0 whatever becomes of the parent, and the command itself
     /// checks that its parent lived on once the parent-death signal was armed.
     pub(crate) parent_outside: bool,
+    /// Start the command in a process group of its own (the supervisor's command), or in the
+    /// caller's (`--pid-namespace`'s links, so that the group redlock signals holds them all).
+    pub(crate) new_group: bool,
 }
 
 /// A running command, identified by its process group (its pid is the group id).
@@ -92,7 +95,10 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
 
 fn command(spec: &Spec<'_>, program: &OsStr, args: &[OsString]) -> Command {
     let mut command = Command::new(program);
-    command.args(args).process_group(0);
+    command.args(args);
+    if spec.new_group {
+        command.process_group(0);
+    }
     for name in spec.remove_env {
         command.env_remove(name);
     }

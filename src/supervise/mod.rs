@@ -221,6 +221,7 @@ fn start(
         signals: signals.for_command(),
         closed: job.closed,
         parent_outside: false,
+        new_group: true,
     };
     match child::spawn(&spec) {
         Ok(child) => {

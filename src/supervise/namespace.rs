@@ -153,6 +153,7 @@ fn supervise_one(
         closed,
         // The init's parent, the holder, is outside the init's namespace.
         parent_outside: holder,
+        new_group: false,
     };
     let started = child::spawn(&spec).map_err(|err| match holder {
         true => fail(
