@@ -191,8 +191,8 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Command")]
     pub hide_arguments: bool,
 
-    /// Run the command in a PID namespace of its own, so that everything it starts (daemons,
-    /// background workers) ends with it, even if redlock is killed with SIGKILL
+    /// Run the command in a PID namespace of its own: all it starts dies with it, and with
+    /// redlock, even on kill -9
     ///
     /// Without it, a redlock killed with SIGKILL takes only its command along (parent-death
     /// signal); what the command started in the background lives on while the lease lapses and
