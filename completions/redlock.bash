@@ -911,7 +911,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__run)
-            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --shell-command --help"
+            opts="-q -v -k -w -n -s -x -E -c -h --redis --password-file --prefix --connect-timeout --command-timeout --release-timeout --tls-ca --tls-cert --tls-key --tls-server-name --tls-insecure --quiet --verbose --log-format --key --wait --no-wait --shared --exclusive --limit --no-reenter --conflict-exit-code --progress-every --replicas --note --history --history-ttl --ttl --renew-every --kill-after --max-runtime --min-hold --hide-arguments --pid-namespace --shell-command --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -88,6 +88,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand run" -s s -l shared -d '
 complete -c redlock -n "__fish_redlock_using_subcommand run" -s x -l exclusive -d 'Take the lock exclusively (the default; flock\'s -x)'
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l no-reenter -d 'Inside a command run under this same lock, take it anew instead of re-entering it'
 complete -c redlock -n "__fish_redlock_using_subcommand run" -l hide-arguments -d 'Record only the program\'s name, not its arguments, in the lock\'s holder record and history'
+complete -c redlock -n "__fish_redlock_using_subcommand run" -l pid-namespace -d 'Run the command in a PID namespace of its own: all it starts dies with it, and with redlock, even on kill -9'
 complete -c redlock -n "__fish_redlock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from this file (its first line)' -r -F

@@ -32,7 +32,8 @@ pub enum Failure {
     NotExecutable,
     /// `run`: the command was not found.
     NotFound,
-    /// The system refused a resource redlock needs (a thread, a pipe, a process).
+    /// The system refused a resource redlock needs (a thread, a pipe, a process, the PID
+    /// namespace of `run --pid-namespace`).
     System,
     /// The output could not be written (stdout closed, or a pipe whose reader is gone).
     Output,
@@ -164,7 +165,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ("70", "internal error: a bug in redlock (please report it)"),
     (
         "71",
-        "the system refused a thread, pipe or process redlock needs",
+        "the system refused a thread, pipe, process or PID namespace redlock needs",
     ),
     (
         "74",

@@ -1163,3 +1163,231 @@ fn a_hung_redis_delays_the_exit_after_the_command_by_a_second_at_most() {
         "the release sent before the server stopped never ran"
     );
 }
+
+/// `sleep` processes (argv[0]) with `marker` among their arguments: what a command started in
+/// the background. The marker is a duration no other test uses; redlock's own processes carry
+/// it in their arguments too, which is why argv[0] is checked.
+fn sleepers(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let mut words = cmdline.split(|&byte| byte == 0);
+                words.next() == Some(b"sleep".as_slice())
+                    && words.any(|word| word == marker.as_bytes())
+            })
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// A `sleep` duration no other process has: the marker of one test's background worker.
+fn unique_sleep() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("300.{}{n:03}", std::process::id())
+}
+
+/// Starts `run` (with `extra` options, under `prefix` if any) on `sh -c 'sleep MARKER & wait'`,
+/// kills redlock with SIGKILL once the worker runs, and returns the worker's marker once
+/// redlock's own command (the shell) is gone.
+fn kill_redlock_under_a_background_worker(
+    server: &RedisServer,
+    extra: &[&str],
+    prefix: Option<&[&str]>,
+) -> String {
+    let marker = unique_sleep();
+    // (Its output elsewhere: the pipes redlock's output is read from close only when the
+    // last process holding them is gone.)
+    let script = format!("sleep {marker} >/dev/null 2>&1 & wait");
+    let mut args = vec!["run", "--key", "job", "--ttl", "2s"];
+    args.extend_from_slice(extra);
+    args.extend(["--", "sh", "-c", &script]);
+    let mut redlock = server.redlock(&args);
+    if let Some(prefix) = prefix {
+        redlock = redlock.inside(prefix);
+    }
+    let running = redlock.spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || !sleepers(&marker).is_empty()),
+        "the background worker did not start"
+    );
+    running.signal("KILL");
+    let _ = running.wait(Duration::from_secs(5));
+    marker
+}
+
+/// Issue #41: without --pid-namespace, a worker the command started in the background lives
+/// on when redlock is killed with SIGKILL (only the command has the parent-death signal),
+/// past the lease, while another host may take the lock and start the job again. This is the
+/// behaviour the mode exists for; the worker is killed at the end.
+#[test]
+fn without_a_pid_namespace_a_background_worker_outlives_redlock_killed_with_sigkill() {
+    let server = RedisServer::start();
+    let marker = kill_redlock_under_a_background_worker(&server, &[], None);
+    assert!(
+        wait_until(Duration::from_secs(4), || lock_is_free(&server)),
+        "the lease did not lapse"
+    );
+    let survivors = sleepers(&marker);
+    for &pid in &survivors {
+        crate::util::send_signal(pid, "KILL");
+    }
+    assert!(
+        !survivors.is_empty(),
+        "the worker died with redlock: the mode's reason to exist is gone, update the docs"
+    );
+}
+
+/// Issue #41: with --pid-namespace, the same worker dies with redlock: redlock's SIGKILL takes
+/// the holder of the namespace (parent-death signal), the holder the init, and the init's
+/// death every process in the namespace. As root, and as an unprivileged user (through a user
+/// namespace).
+#[test]
+fn in_a_pid_namespace_the_whole_tree_dies_with_redlock_killed_with_sigkill() {
+    let server = RedisServer::start();
+    let nobody: &[&str] = &[
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for prefix in [None, Some(nobody)] {
+        let marker = kill_redlock_under_a_background_worker(&server, &["--pid-namespace"], prefix);
+        let gone = wait_until(Duration::from_secs(2), || sleepers(&marker).is_empty());
+        let survivors = sleepers(&marker);
+        for &pid in &survivors {
+            crate::util::send_signal(pid, "KILL");
+        }
+        assert!(
+            gone,
+            "as {prefix:?}: the worker outlived redlock killed with SIGKILL"
+        );
+        assert!(
+            wait_until(Duration::from_secs(4), || lock_is_free(&server)),
+            "the lease did not lapse"
+        );
+    }
+}
+
+/// In the mode, run does what it does without: the exit status passes through, a signal
+/// redlock receives reaches the command (which alone reacts to it), a command killed by a
+/// signal gives 128+N, --max-runtime stops it, and the lock is released after each. As root
+/// and as an unprivileged user, who stays who they are in the namespace (the command is pid
+/// 2 there, after the init).
+#[test]
+fn in_a_pid_namespace_statuses_signals_and_limits_work_as_without() {
+    let server = RedisServer::start();
+    let nobody: &[&str] = &[
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    for prefix in [None, Some(nobody)] {
+        let redlock = |args: &[&str]| {
+            let mut all = vec!["run", "--key", "job", "--ttl", "3s", "--pid-namespace"];
+            all.extend_from_slice(args);
+            let redlock = server.redlock(&all);
+            match prefix {
+                Some(prefix) => redlock.inside(prefix),
+                None => redlock,
+            }
+        };
+        let out = redlock(&["--", "sh", "-c", "echo $$; id -u; exit 3"]).run();
+        out.code(3).stderr_empty();
+        let uid = if prefix.is_some() { "65534" } else { "0" };
+        // The command is the init's first child in a fresh namespace.
+        assert_eq!(
+            out.stdout,
+            format!("2\n{uid}\n"),
+            "the command's pid and uid"
+        );
+        assert!(lock_is_free(&server));
+
+        let dir = TempDir::new("pidns-term");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let probe = trapping_probe(dir.path(), "TERM", "exit 7");
+        let running = redlock(&["--", "sh", "-c", &probe]).spawn();
+        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        running.signal("TERM");
+        running.wait(Duration::from_secs(5)).code(7);
+        assert!(
+            dir.path().join("got").exists(),
+            "the command never saw TERM"
+        );
+        assert!(lock_is_free(&server));
+
+        let dir = TempDir::new("pidns-killed");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let probe = format!("echo $$ > {}/pid; exec sleep 60", dir.path().display());
+        let running = redlock(&["--", "sh", "-c", &probe]).spawn();
+        wait_for_file(&dir.path().join("pid"), Duration::from_secs(10));
+        running.signal("USR1");
+        // (The init passes a death by signal N on as the shell's 128+N.)
+        running.wait(Duration::from_secs(5)).code(128 + 10);
+        assert!(lock_is_free(&server));
+
+        let out = redlock(&[
+            "--max-runtime",
+            "300ms",
+            "--kill-after",
+            "200ms",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .run();
+        out.code(124).stderr_contains("--max-runtime");
+        assert!(lock_is_free(&server));
+    }
+}
+
+/// Where neither privilege nor a user namespace is to be had, the mode is refused with one
+/// line that says why and what to do, exit 71, and the lock released. Provoked without
+/// touching the machine: inside a user namespace of the test's own, whose limit of nested
+/// user namespaces is set to 0, with every capability dropped.
+#[test]
+fn a_pid_namespace_refused_by_the_system_is_exit_71_and_the_lock_released() {
+    let server = RedisServer::start();
+    let setup = "echo 0 > /proc/sys/user/max_user_namespaces";
+    let prefix = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        &format!("{setup} && exec \"$@\""),
+        "sh",
+        "setpriv",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+    ];
+    let out = server
+        .redlock(&[
+            "run",
+            "--key",
+            "job",
+            "--pid-namespace",
+            "--",
+            "echo",
+            "ran",
+        ])
+        .inside(&prefix)
+        .run();
+    out.code(71)
+        .one_line_error("--pid-namespace: cannot create a PID namespace");
+    assert!(out.stdout.is_empty(), "the command ran: {}", out.stdout);
+    assert!(lock_is_free(&server));
+}

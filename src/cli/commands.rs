@@ -191,6 +191,19 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Command")]
     pub hide_arguments: bool,
 
+    /// Run the command in a PID namespace of its own: all it starts dies with it, and with
+    /// redlock, even on kill -9
+    ///
+    /// Without it, a redlock killed with SIGKILL takes only its command along (parent-death
+    /// signal); what the command started in the background lives on while the lease lapses and
+    /// another host runs the job. With it, the command runs under a small init of redlock's,
+    /// PID 1 of a new PID namespace, and when the command exits or redlock dies, every process
+    /// in that namespace is killed. Unprivileged users get it through a user namespace (the
+    /// same uid and gid); where the system allows neither, redlock exits 71. A command killed
+    /// by signal N exits 128+N.
+    #[arg(long, help_heading = "Command")]
+    pub pid_namespace: bool,
+
     /// Run STRING with `sh -c` instead of a command given as arguments
     #[arg(
         short = 'c',
@@ -277,6 +290,19 @@ pub struct AcquireArgs {
     /// Words after `--`, which are refused: a lock's name is never taken from there
     #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
     pub after_dashes: Vec<std::ffi::OsString>,
+}
+
+/// The init of `run --pid-namespace` (not for direct use): with --pid1-of, PID 1 of the new
+/// namespace; without, the process that creates the namespace and starts it there
+#[derive(Debug, Args)]
+pub struct PidNamespaceInitArgs {
+    /// The pid of the process that created the namespace, this init's parent
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub pid1_of: Option<i32>,
+
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// The background keeper of `acquire --keep-alive` (not for direct use; the token comes in

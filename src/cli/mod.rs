@@ -430,4 +430,6 @@ pub enum Command {
     Man(ManArgs),
     #[command(hide = true)]
     KeepAlive(KeepAliveArgs),
+    #[command(hide = true)]
+    PidNamespaceInit(PidNamespaceInitArgs),
 }

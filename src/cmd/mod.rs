@@ -47,6 +47,10 @@ pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
     match &command {
         Command::Completions(args) => return completions::run(args),
         Command::Man(args) => return man::run(args),
+        // Redis is none of its business: no global option is resolved.
+        Command::PidNamespaceInit(args) => {
+            return crate::supervise::pid_namespace_init(args, inherited);
+        }
         _ => {}
     }
     let context = Context::new(global, inherited);
@@ -66,7 +70,10 @@ pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {
         Command::Metrics(args) => metrics::run(&context, &args),
         Command::KeepAlive(args) => keep_alive::run(&context, &args),
         Command::Doctor(args) => doctor::run(&context, &args),
-        Command::Completions(_) | Command::Man(_) | Command::Check(_) => {
+        Command::Completions(_)
+        | Command::Man(_)
+        | Command::Check(_)
+        | Command::PidNamespaceInit(_) => {
             unreachable!("handled above")
         }
     }

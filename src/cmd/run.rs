@@ -220,6 +220,7 @@ fn job(
         foreground: supervise::owns_terminal(),
         replicas: args.lock.replicas,
         closed: context.inherited.closed,
+        pid_namespace: args.pid_namespace,
     }
 }
 

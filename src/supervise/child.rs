@@ -45,6 +45,13 @@ pub(crate) struct Spec<'a> {
     /// Standard descriptors to close in the command (bit N for descriptor N): those
     /// redlock's caller closed, where std has put /dev/null for redlock itself.
     pub(crate) closed: u8,
+    /// The command starts in a PID namespace its parent is not in (`--pid-namespace`'s
+    /// init): there getppid says 0 whatever becomes of the parent, and the command itself
+    /// checks that its parent lived on once the parent-death signal was armed.
+    pub(crate) parent_outside: bool,
+    /// Start the command in a process group of its own (the supervisor's command), or in the
+    /// caller's (`--pid-namespace`'s links, so that the group redlock signals holds them all).
+    pub(crate) new_group: bool,
 }
 
 /// A running command, identified by its process group (its pid is the group id).
@@ -88,7 +95,10 @@ pub(crate) fn spawn(spec: &Spec<'_>) -> io::Result<Child> {
 
 fn command(spec: &Spec<'_>, program: &OsStr, args: &[OsString]) -> Command {
     let mut command = Command::new(program);
-    command.args(args).process_group(0);
+    command.args(args);
+    if spec.new_group {
+        command.process_group(0);
+    }
     for name in spec.remove_env {
         command.env_remove(name);
     }
@@ -96,13 +106,13 @@ fn command(spec: &Spec<'_>, program: &OsStr, args: &[OsString]) -> Command {
         command.env(name, value);
     }
     let parent = getpid();
-    let (signals, closed) = (spec.signals, spec.closed);
+    let (signals, closed, outside) = (spec.signals, spec.closed, spec.parent_outside);
     // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
     // calls are allowed: it makes system calls only (signal, prctl, getppid, sigprocmask,
     // close), allocates nothing and takes no lock. What it reads was copied in before the
     // fork.
     unsafe {
-        command.pre_exec(move || prepare(parent, signals, closed));
+        command.pre_exec(move || prepare(parent, outside, signals, closed));
     }
     command
 }
@@ -114,7 +124,7 @@ fn command(spec: &Spec<'_>, program: &OsStr, args: &[OsString]) -> Command {
 /// command writing to a closed stdout must fail as it would without redlock, not write to
 /// /dev/null and succeed), and the parent-death signal, checked against the race with
 /// redlock's own death.
-fn prepare(parent: Pid, signals: CommandSignals, closed: u8) -> io::Result<()> {
+fn prepare(parent: Pid, outside: bool, signals: CommandSignals, closed: u8) -> io::Result<()> {
     for fd in 0..3 {
         if closed & (1 << fd) != 0 {
             // (std has set up the command's descriptors before this hook runs: with
@@ -130,8 +140,10 @@ fn prepare(parent: Pid, signals: CommandSignals, closed: u8) -> io::Result<()> {
     }
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     // redlock may have died before the parent-death signal was armed: then nothing would kill
-    // the command when it should, and it must not start.
-    if getppid() != parent {
+    // the command when it should, and it must not start. (A parent outside the command's PID
+    // namespace shows as 0: the command checks for itself, see `namespace`.)
+    let ppid = getppid();
+    if ppid != parent && !(outside && ppid.as_raw() == 0) {
         return Err(Errno::ESRCH.into());
     }
     pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&signals.mask), None)?;
@@ -184,8 +196,22 @@ pub(crate) enum Change {
 /// Collects one child that has changed state, without blocking: the command, or an orphan
 /// handed to redlock as subreaper. `None` when no child has anything to report.
 pub(crate) fn reap() -> Option<(Pid, Change)> {
+    wait_for(libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED)
+}
+
+/// Waits for any child to end (the init of `--pid-namespace` reaps its namespace's orphans
+/// with it). `None` when there is no child left to wait for.
+pub(crate) fn wait() -> Option<(Pid, Change)> {
+    loop {
+        match wait_for(0) {
+            None if Errno::last() == Errno::EINTR => {}
+            waited => return waited,
+        }
+    }
+}
+
+fn wait_for(flags: i32) -> Option<(Pid, Change)> {
     let mut status = 0;
-    let flags = libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED;
     // SAFETY: `status` is a valid place for the kernel to write the status to.
     let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
     if pid <= 0 {

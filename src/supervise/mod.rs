@@ -23,10 +23,12 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 mod child;
+mod namespace;
 mod stopper;
 
 use child::Child;
 pub(crate) use child::owns_terminal;
+pub(crate) use namespace::run as pid_namespace_init;
 
 use crate::acquire::Held;
 use crate::clock::{BootInstant, MAX_NAP};
@@ -55,6 +57,8 @@ pub(crate) struct Job {
     /// The standard descriptors redlock's caller closed, closed for the command too
     /// ([`crate::Inherited::closed`]).
     pub(crate) closed: u8,
+    /// Run the command in a PID namespace of its own (`namespace`).
+    pub(crate) pid_namespace: bool,
 }
 
 /// The longest the final release waits for an answer after the command ended (docs/reference.md:
@@ -201,13 +205,23 @@ fn start(
         let _ = ending.release(session, Duration::ZERO, hasty, None, None);
         return Err(err.into());
     }
+    let wrapped;
+    let argv = match job.pid_namespace {
+        true => {
+            wrapped = namespace::holder_argv(&job.argv);
+            &wrapped
+        }
+        false => &job.argv,
+    };
     let spec = child::Spec {
-        argv: &job.argv,
+        argv,
         set_env: &job.set_env,
         remove_env: &job.remove_env,
         foreground: job.foreground,
         signals: signals.for_command(),
         closed: job.closed,
+        parent_outside: false,
+        new_group: true,
     };
     match child::spawn(&spec) {
         Ok(child) => {
@@ -227,7 +241,7 @@ fn start(
 }
 
 /// The error for a command that could not be started, with its exit code.
-fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
+pub(super) fn spawn_failure(program: &OsString, err: &std::io::Error) -> anyhow::Error {
     let shown = printable(&program.to_string_lossy());
     let (failure, why) = match err.kind() {
         std::io::ErrorKind::NotFound => (Failure::NotFound, not_found(program_path(program))),
