@@ -459,6 +459,7 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
     sample(r#"redlock_lock_last_exit_status{key="failed"} 2"#);
     sample(r#"redlock_lock_last_exit_status{key="back\\slash \"quoted\""} 0"#);
     sample(r#"redlock_lock_waiters{key="held"} 0"#);
+    sample(r#"redlock_lock_unreadable{key="held"} 0"#);
     assert!(!text.contains("bare"), "{text}");
     assert!(
         !text.contains(r#"redlock_lock_last_success_timestamp_seconds{key="failed"}"#),
@@ -479,6 +480,7 @@ fn metrics_expose_every_lock_with_a_holder_or_a_history() {
     let lease = value(r#"redlock_lock_lease_remaining_seconds{key="held"}"#);
     assert!(lease > 20.0 && lease <= 30.0, "{lease}");
     for metric in [
+        "redlock_lock_unreadable",
         "redlock_lock_held",
         "redlock_lock_holders",
         "redlock_lock_waiters",

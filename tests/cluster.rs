@@ -1,13 +1,15 @@
 //! Redis Cluster: every key of a lock shares one hash slot, so scripts go to that slot's
-//! master; redlock reaches it from any seed by following MOVED, follows ASK during a slot's
-//! migration, lists the locks of every master, keeps a held lock through a migration and
+//! master; redlock reaches it from any seed by following MOVED (a silent or dead seed costing
+//! one connect timeout at most), follows ASK during a slot's migration, lists the locks of
+//! every master (a lock whose slot is stuck migrating shown as unreadable), bounds a request
+//! with its redirections by the command timeout, keeps a held lock through a migration and
 //! through a master's failover, and stops the command when a failover lost the lock.
 
 use std::time::Duration;
 
 use crate::bad_input::MINIMAL_ACL;
 use crate::util::cluster::Cluster;
-use crate::util::{RedisServer, Redlock, TempDir, wait_until};
+use crate::util::{RedisServer, Redlock, TempDir, send_signal, wait_until};
 
 fn redlock(cluster: &Cluster, args: &[&str]) -> Redlock {
     Redlock::new(args).env("REDLOCK_URL", &cluster.url())
@@ -522,6 +524,250 @@ fn fail_over<'a>(cluster: &'a Cluster, key: &str) -> &'a crate::util::RedisServe
         redis::from_redis_value::<String>(role[0].clone()).unwrap() == "master"
     }));
     replica
+}
+
+/// Three seeds: the first stopped (SIGSTOP: it still accepts connections, and never answers),
+/// the second gone, the third a master. Each command reaches the Cluster through the third,
+/// and pays the silent seed one connect timeout at most (a `run`, whose later connections try
+/// it last, once). Repro: every command failed (69) after the command timeout, waiting on the
+/// first seed's connection, and never tried the next seed.
+#[test]
+fn a_silent_seed_costs_one_timeout_and_the_next_seed_answers() {
+    let mut cluster = Cluster::start(1);
+    let role = |node: &RedisServer| {
+        let role: Vec<redis::Value> = node.cmd(&["ROLE"]);
+        redis::from_redis_value::<String>(role[0].clone()).unwrap()
+    };
+    // Replicas as the first two seeds: the masters go on serving every slot.
+    let replicas: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&n| role(&cluster.nodes[n]) == "slave")
+        .collect();
+    let master = (0..cluster.nodes.len())
+        .find(|&n| role(&cluster.nodes[n]) == "master")
+        .unwrap();
+    let seeds: Vec<String> = [replicas[0], replicas[1], master]
+        .iter()
+        .map(|&n| format!("127.0.0.1:{}", cluster.nodes[n].port))
+        .collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    // The cluster's Drop continues the stopped node before it kills it.
+    send_signal(cluster.nodes[replicas[0]].pid(), "STOP");
+    cluster.nodes[replicas[1]].kill();
+    // One timeout is 1 s; a silent seed may cost one, and a command's own time is small.
+    let bound = Duration::from_secs(3);
+    let redlock = |command: &str, args: &[&str]| {
+        let mut full = vec![
+            command,
+            "--connect-timeout",
+            "1s",
+            "--command-timeout",
+            "1s",
+        ];
+        full.extend(args);
+        let out = Redlock::new(&full).env("REDLOCK_URL", &url).run();
+        assert!(
+            out.elapsed < bound,
+            "{command} took {:?}: {}",
+            out.elapsed,
+            out.stderr
+        );
+        out
+    };
+    let out = redlock("acquire", &["--key", "k", "--ttl", "30s"]);
+    out.code(0);
+    let token = out.stdout.trim().to_owned();
+    redlock("inspect", &["--key", "k"]).code(0);
+    let listed = redlock("list", &["--json"]);
+    listed.code(0);
+    assert_eq!(listed.json()[0]["key"], "k");
+    redlock("release", &["--key", "k", "--token", &token]).code(0);
+    redlock("run", &["--key", "k", "--", "true"]).code(0);
+}
+
+/// A `run` whose only seed stops (SIGSTOP) while it holds the lock, and whose connection to the
+/// lock's node is then closed: the renewal that reconnects gives the silent seed one connect
+/// timeout, then reaches the node a redirection named earlier, and the run keeps its lock.
+/// Repro: every reconnect went to the stopped seed and waited out the command timeout; no
+/// renewal reached the lock's node again.
+#[test]
+fn a_run_whose_only_seed_stops_renews_through_a_node_it_learnt_of() {
+    let cluster = Cluster::start(1);
+    let seed = cluster
+        .nodes
+        .iter()
+        .find(|node| {
+            let role: Vec<redis::Value> = node.cmd(&["ROLE"]);
+            redis::from_redis_value::<String>(role[0].clone()).unwrap() == "slave"
+        })
+        .unwrap();
+    let owner = cluster.node_of("redlock:{k}:holders");
+    let dir = TempDir::new("learnt");
+    let running = Redlock::new(&[
+        "run",
+        "--connect-timeout",
+        "1s",
+        "--command-timeout",
+        "1s",
+        "--key",
+        "k",
+        "--ttl",
+        "9s",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(format!(
+        "touch {d}/started; while [ ! -e {d}/go ]; do sleep 0.1; done",
+        d = dir.path().display()
+    ))
+    .env(
+        "REDLOCK_URL",
+        &format!("redis+cluster://127.0.0.1:{}", seed.port),
+    )
+    .spawn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        dir.path().join("started").exists()
+    }));
+    // The cluster's Drop continues the stopped node before it kills it.
+    send_signal(seed.pid(), "STOP");
+    owner.cmd::<()>(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    // From now on only a new connection renews the lease.
+    let pttl = || owner.cmd::<i64>(&["PTTL", "redlock:{k}:holders"]);
+    let (killed, left) = (std::time::Instant::now(), pttl());
+    // Renewed since: more lease left than there was, less the time gone by.
+    let reconnected = wait_until(Duration::from_secs(15), || {
+        let gone = i64::try_from(killed.elapsed().as_millis()).unwrap();
+        let now = pttl();
+        // (Negative: no key, the lease lapsed.)
+        now > 0 && now > left - gone + 500
+    });
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = running.wait(Duration::from_secs(20));
+    assert!(
+        reconnected,
+        "no renewal reached the lock's node: {}",
+        out.stderr
+    );
+    out.code(0);
+}
+
+/// A slot stuck half-migrated (MIGRATING, some of lock k's keys there and others not) refuses
+/// every read of k with TRYAGAIN; the locks of other slots are still read. `list` and `metrics`
+/// show them, and k as unreadable, with a warning naming it (exit 0). Repro: both failed (69)
+/// with TRYAGAIN, showing no lock at all.
+#[test]
+fn a_lock_whose_slot_is_stuck_migrating_is_listed_as_unreadable() {
+    let cluster = Cluster::start(0);
+    let k_slot: i64 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", "redlock:{k}:holders"]);
+    let others: Vec<String> = names_on_every_master(&cluster)
+        .into_iter()
+        .filter(|name| {
+            let slot: i64 = cluster.nodes[0].cmd(&[
+                "CLUSTER",
+                "KEYSLOT",
+                &format!("redlock:{{{name}}}:holders"),
+            ]);
+            slot != k_slot
+        })
+        .take(2)
+        .collect();
+    assert_eq!(others.len(), 2);
+    for name in others.iter().map(String::as_str).chain(["k"]) {
+        redlock(&cluster, &["acquire", "--key", name, "--ttl", "60s"])
+            .run()
+            .code(0);
+    }
+    // k's holders and fence are there, its queue is not: a read of all three is TRYAGAIN.
+    set_slot_of_k(&cluster, "MIGRATING");
+    let short = ["--command-timeout", "1s"];
+
+    let mut args = vec!["list", "--json"];
+    args.extend(short);
+    let out = redlock(&cluster, &args).run();
+    out.code(0)
+        .stderr_contains("lock k could not be read")
+        .stderr_contains("TRYAGAIN");
+    let listed = out.json();
+    let listed = listed.as_array().unwrap();
+    let state_of = |name: &str| {
+        listed
+            .iter()
+            .find(|lock| lock["key"] == name)
+            .map(|lock| lock["state"].as_str().unwrap().to_owned())
+    };
+    for name in &others {
+        assert_eq!(state_of(name).as_deref(), Some("held"), "{listed:?}");
+    }
+    assert_eq!(state_of("k").as_deref(), Some("unreadable"), "{listed:?}");
+
+    let mut args = vec!["list", "--wide"];
+    args.extend(short);
+    let out = redlock(&cluster, &args).run();
+    out.code(0);
+    for name in &others {
+        assert!(out.stdout.contains(name.as_str()), "{}", out.stdout);
+    }
+    assert!(
+        out.stdout
+            .lines()
+            .any(|line| line.starts_with("k ") && line.contains("unreadable")),
+        "{}",
+        out.stdout
+    );
+
+    let mut args = vec!["metrics"];
+    args.extend(short);
+    let out = redlock(&cluster, &args).run();
+    out.code(0).stderr_contains("lock k could not be read");
+    let text = &out.stdout;
+    let checked = crate::check::promtool(text);
+    assert!(checked.status.success(), "promtool: {checked:?}\n{text}");
+    let sample = |line: &str| {
+        assert!(
+            text.lines().any(|have| have == line),
+            "no line {line:?} in\n{text}"
+        );
+    };
+    sample(r#"redlock_lock_unreadable{key="k"} 1"#);
+    for name in &others {
+        sample(&format!(r#"redlock_lock_unreadable{{key="{name}"}} 0"#));
+        sample(&format!(
+            r#"redlock_lock_held{{key="{name}",mode="exclusive"}} 1"#
+        ));
+    }
+    assert!(!text.contains(r#"redlock_lock_held{key="k""#), "{text}");
+}
+
+/// Two masters that send a request for lock k back and forth: with `--command-timeout 200ms`,
+/// an acquire gives up within about 200 ms, its pauses and reconnects counted against it, and
+/// says the request did not run (a renewal's request is bounded the same way). Repro: the
+/// pauses before each MOVED (100 ms to 800 ms) came on top, 1.5 s in all.
+#[test]
+fn redirections_end_within_the_command_timeout() {
+    let cluster = Cluster::start(0);
+    set_slot_of_k(&cluster, "NODE");
+    let out = redlock(
+        &cluster,
+        &[
+            "acquire",
+            "--key",
+            "k",
+            "--ttl",
+            "60s",
+            "--command-timeout",
+            "200ms",
+        ],
+    )
+    .run();
+    out.code(69)
+        .stderr_contains("past the command timeout (200ms)");
+    // Generous: 5 times the timeout; the pauses alone were 1.5 s.
+    assert!(
+        out.elapsed < Duration::from_secs(1),
+        "{:?}: {}",
+        out.elapsed,
+        out.stderr
+    );
 }
 
 /// `CLUSTER SETSLOT <slot of lock k> <state> <another master>` on the slot's owner (MIGRATING:

@@ -1,11 +1,16 @@
-//! `redlock list`: every held lock under the prefix, one line each (or a JSON array).
+//! `redlock list`: every held lock under the prefix, one line each (or a JSON array); a lock
+//! whose read its server refused for now (a Cluster slot stuck migrating) is listed as
+//! unreadable, with a warning, and the others are shown.
 
 use super::inspect::{
     HOLDER_HEADER, LockView, NARROW_HOLDER_HEADER, holder_cells, mode_summary, narrow_holder_cells,
 };
-use super::{Context, print_json, print_line, printable, table, warn_unreadable};
+use super::{
+    Context, print_json, print_line, printable, table, warn_unread_locks, warn_unreadable,
+};
 use crate::cli::ListArgs;
 use crate::exit::Done;
+use crate::keys::LockName;
 use crate::lock::{LockState, Scope};
 use crate::store::Listed;
 use serde::Serialize;
@@ -17,6 +22,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         locks,
         masters: of,
         skipped,
+        unreadable,
     } = context
         .store
         .list(&context.prefix, Scope::Held, context.log)?;
@@ -29,29 +35,61 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     for (state, _) in &locks {
         warn_unreadable(context, &state.unreadable);
     }
+    warn_unread_locks(context, &unreadable);
+    // Each unreadable lock once, unless (quorum mode) other masters' reads list it anyway.
+    let mut unread: Vec<(&LockName, String)> = Vec::new();
+    for (name, why) in &unreadable {
+        let listed = locks.iter().any(|(state, _)| state.name == *name);
+        if !listed && unread.iter().all(|(seen, _)| *seen != name) {
+            unread.push((name, format!("{why:#}")));
+        }
+    }
     if args.json {
         #[derive(Serialize)]
-        struct Listed<'a> {
-            #[serde(flatten)]
-            view: LockView<'a>,
-            /// Quorum mode: masters where it is held, of how many.
-            #[serde(skip_serializing_if = "Option::is_none")]
-            held_on: Option<usize>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            masters: Option<usize>,
+        #[serde(untagged)]
+        enum Listed<'a> {
+            Read {
+                // Boxed: far larger than an unreadable lock's entry.
+                #[serde(flatten)]
+                view: Box<LockView<'a>>,
+                /// Quorum mode: masters where it is held, of how many.
+                #[serde(skip_serializing_if = "Option::is_none")]
+                held_on: Option<usize>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                masters: Option<usize>,
+            },
+            /// Found, but its read was refused (`state` is `unreadable`).
+            Unreadable {
+                key: &'a str,
+                state: &'static str,
+                error: &'a str,
+            },
         }
-        let views: Vec<Listed<'_>> = locks
+        let mut views: Vec<(&str, Listed<'_>)> = locks
             .iter()
-            .map(|(state, held_on)| Listed {
-                view: LockView::new(state),
-                held_on: of.map(|_| *held_on),
-                masters: of,
+            .map(|(state, held_on)| {
+                let view = Listed::Read {
+                    view: Box::new(LockView::new(state)),
+                    held_on: of.map(|_| *held_on),
+                    masters: of,
+                };
+                (state.name.as_str(), view)
             })
             .collect();
+        views.extend(unread.iter().map(|(name, why)| {
+            let view = Listed::Unreadable {
+                key: name.as_str(),
+                state: "unreadable",
+                error: why,
+            };
+            (name.as_str(), view)
+        }));
+        views.sort_by_key(|(name, _)| *name);
+        let views: Vec<Listed<'_>> = views.into_iter().map(|(_, view)| view).collect();
         print_json(&serde_json::to_string_pretty(&views)?)?;
         return Ok(Done::Success);
     }
-    if locks.is_empty() {
+    if locks.is_empty() && unread.is_empty() {
         // stdout stays empty for scripts; a person at a terminal is told why, and where it
         // looked: a wrong --redis or database is the usual reason.
         let place = context.store.place();
@@ -66,12 +104,38 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
         }
         return Ok(Done::Success);
     }
+    let names: Vec<&LockName> = unread.iter().map(|(name, _)| *name).collect();
+    // MODE follows the lock's name, and MASTERS in quorum mode.
+    let mode = 1 + usize::from(of.is_some());
     if super::narrow() {
-        print_line(super::narrow_table(narrow_rows(&locks, of)))?;
+        print_line(super::narrow_table(with_unreadable(
+            narrow_rows(&locks, of),
+            &names,
+            mode,
+        )))?;
     } else {
-        print_line(table(&rows(&locks, of)))?;
+        print_line(table(&with_unreadable(rows(&locks, of), &names, mode)))?;
     }
     Ok(Done::Success)
+}
+
+/// `rows` (a header, then one row per lock, by name) with a row for each lock in `unreadable`
+/// in its place by name: its name, `unreadable` in the column at `mode` (the MODE column),
+/// the other cells empty (the warning says why).
+fn with_unreadable(
+    mut rows: Vec<Vec<String>>,
+    unreadable: &[&LockName],
+    mode: usize,
+) -> Vec<Vec<String>> {
+    let width = rows[0].len();
+    for name in unreadable {
+        let mut row = vec![String::new(); width];
+        row[0] = printable(name.as_str());
+        row[mode] = "unreadable".to_owned();
+        let at = rows[1..].partition_point(|row| row[0] < printable(name.as_str())) + 1;
+        rows.insert(at, row);
+    }
+    rows
 }
 
 /// The table of held locks: the lock as a whole, then its first holder (the holder's own

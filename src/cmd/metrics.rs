@@ -1,12 +1,16 @@
 //! `redlock metrics`: the locks under the prefix in the Prometheus text format (version 0.0.4),
 //! for node_exporter's textfile collector or a scrape wrapper: every held lock, and every free
-//! one that has a history, with HELP and TYPE lines and label values escaped.
+//! one that has a history, with HELP and TYPE lines and label values escaped. A lock whose read
+//! its server refused for now (a Cluster slot stuck migrating) has only
+//! `redlock_lock_unreadable` 1, and a warning; every other lock's series are there, with
+//! `redlock_lock_unreadable` 0.
 
 use std::fmt::Write as _;
 
 use super::{Context, printable, write_stdout};
 use crate::cli::MetricsArgs;
 use crate::exit::Done;
+use crate::keys::LockName;
 use crate::lock::{HistoryEntry, Holder, LockState, Scope};
 use crate::store::Listed;
 
@@ -104,7 +108,10 @@ const METRICS: &[Metric] = &[
 
 pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done> {
     let Listed {
-        mut locks, skipped, ..
+        mut locks,
+        skipped,
+        unreadable,
+        ..
     } = context
         .store
         .list(&context.prefix, Scope::WithHistory, context.log)?;
@@ -132,14 +139,41 @@ pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done
             }
         }
     }
+    super::warn_unread_locks(context, &unreadable);
     let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
-    write_stdout(exposition(&states).trim_end())?;
+    // Each unreadable lock once, unless (quorum mode) other masters' reads list it anyway.
+    let mut unread: Vec<&LockName> = Vec::new();
+    for (name, _) in &unreadable {
+        if states.iter().all(|state| state.name != *name) && !unread.contains(&name) {
+            unread.push(name);
+        }
+    }
+    write_stdout(exposition(&states, &unread).trim_end())?;
     Ok(Done::Success)
 }
 
-/// The metrics of `states` in the text format: each metric's HELP and TYPE, then its samples.
-fn exposition(states: &[&LockState]) -> String {
+/// The metrics of `states` in the text format: each metric's HELP and TYPE, then its samples;
+/// first whether each lock, those of `states` and those in `unreadable`, could be read.
+fn exposition(states: &[&LockState], unreadable: &[&LockName]) -> String {
     let mut text = String::new();
+    header(
+        &mut text,
+        "redlock_lock_unreadable",
+        "Whether the lock was found but its read refused for now (1: its other series are left out; a Cluster slot stuck migrating) or not (0).",
+    );
+    let mut read: Vec<(&str, u8)> = states
+        .iter()
+        .map(|state| (state.name.as_str(), 0))
+        .chain(unreadable.iter().map(|name| (name.as_str(), 1)))
+        .collect();
+    read.sort_unstable();
+    for (name, value) in read {
+        let _ = writeln!(
+            text,
+            "redlock_lock_unreadable{{key=\"{}\"}} {value}",
+            label_value(name)
+        );
+    }
     header(
         &mut text,
         "redlock_lock_held",

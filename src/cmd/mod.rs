@@ -35,8 +35,8 @@ use crate::store::Store;
 use crate::log::{printable, shown};
 use output::{
     MIN_CUT_WIDTH, cut_to, describe, elapsed, fit_tables_to_terminal, fit_width, host_and_pid,
-    narrow, narrow_table, print_json, print_line, rfc3339, table, warn_unreadable, wrapped,
-    write_stdout,
+    narrow, narrow_table, print_json, print_line, rfc3339, table, warn_unread_locks,
+    warn_unreadable, wrapped, write_stdout,
 };
 use request::{ask, busy, lock_name, named};
 

@@ -9,6 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::Context;
 use crate::duration;
 use crate::exit::{Failure, fail};
+use crate::keys::LockName;
 use crate::lock::{Holder, Unreadable};
 use crate::log::{cut_shown, printable, quoted, shown};
 
@@ -182,6 +183,17 @@ pub(super) fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
             record.what,
             shown(&record.key),
             shown(&record.why)
+        ));
+    }
+}
+
+/// Warns of each lock a listing found but could not read (`Listed::unreadable`): its slot
+/// refused the read for now, and the other locks are shown.
+pub(super) fn warn_unread_locks(context: &Context, unreadable: &[(LockName, anyhow::Error)]) {
+    for (name, why) in unreadable {
+        context.log.warn(format_args!(
+            "lock {} could not be read, and is shown as unreadable ({why:#})",
+            printable(name.as_str())
         ));
     }
 }

@@ -17,7 +17,7 @@ use classify::classify;
 pub(crate) use transport::Closer;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use redis::{ConnectionLike, ErrorKind, RedisError, ServerErrorKind};
@@ -86,9 +86,34 @@ struct Dial {
     /// tells, and each later request (every request asks the sentinels) would wait it out
     /// again first.
     hung: std::sync::Mutex<Vec<Address>>,
+    /// A Cluster's nodes this process learnt of (CLUSTER SLOTS, redirections): tried after
+    /// the seeds when none of them answers, as a node that is no seed still knows the slots.
+    nodes: std::sync::Mutex<Vec<Address>>,
 }
 
 impl Dial {
+    /// Remembers `address` as a node of the Cluster (see [`Dial::nodes`]).
+    fn learn(&self, address: &Address) {
+        let mut nodes = self
+            .nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !nodes.contains(address) {
+            nodes.push(address.clone());
+        }
+    }
+
+    /// The nodes learnt of that are not among `seeds`.
+    fn learnt_besides(&self, seeds: &[Address]) -> Vec<Address> {
+        self.nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|node| !seeds.contains(node))
+            .cloned()
+            .collect()
+    }
+
     /// `address` left a request unanswered (`true`), or answered one (`false`).
     fn note(&self, address: &Address, hung: bool) {
         let mut list = self
@@ -120,8 +145,22 @@ impl Dial {
         ordered
     }
 
-    /// A logged-in session with `address`, connecting within `timeout`.
+    /// A logged-in session with `address`, connecting and logging in within `timeout`.
     fn open(self: &Arc<Self>, address: &Address, timeout: Duration) -> anyhow::Result<Session> {
+        self.open_checked(address, timeout, false)
+    }
+
+    /// Like [`Self::open`]; with `answers`, the server has also answered a request within
+    /// `timeout`: the login's, or else a PING. A stopped server (SIGSTOP, a hung VM) still
+    /// accepts connections, and a login without a password sends nothing: only a round trip
+    /// shows it is there before a request is entrusted to it (and may have to be waited out).
+    fn open_checked(
+        self: &Arc<Self>,
+        address: &Address,
+        timeout: Duration,
+        answers: bool,
+    ) -> anyhow::Result<Session> {
+        let deadline = Instant::now() + timeout;
         let con = Box::new(Connection::open(address, self.tls.as_ref(), timeout)?);
         let mut session = Session {
             con,
@@ -131,8 +170,15 @@ impl Dial {
             command_timeout: timeout,
             used: false,
         };
-        session.set_command_timeout(timeout)?;
+        session.set_command_timeout(left_until(deadline))?;
         session.log_in(&self.credentials, self.db)?;
+        if answers && self.credentials.password.is_none() && self.db == 0 {
+            // Any reply will do, a refusal (NOPERM) too: the server answered.
+            match session.run(|con| redis::cmd("PING").query::<redis::Value>(con)) {
+                Err(err) if crate::exit::no_reply(&err).is_some() => return Err(err),
+                _ => {}
+            }
+        }
         session.set_command_timeout(self.command_timeout)?;
         session.used = false;
         Ok(session)
@@ -218,6 +264,7 @@ impl Target {
                 command_timeout: access.command_timeout,
                 release_timeout: access.release_timeout,
                 hung: std::sync::Mutex::new(Vec::new()),
+                nodes: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -268,21 +315,19 @@ impl Target {
     }
 
     /// The longest a request on a connection not yet open can take: connecting (asking each
-    /// sentinel first, or trying each seed of a Cluster, and following redirections with their
-    /// pauses), logging in, and one command. The caller's own bound on a worker that went quiet
-    /// (a name lookup has no timeout of ours).
+    /// sentinel first, or trying each seed of a Cluster and then each node learnt of, each of
+    /// which must answer within the connect timeout), logging in, and one request (in a
+    /// Cluster, its redirections and pauses included: all of it within the command timeout).
+    /// The caller's own bound on a worker that went quiet (a name lookup has no timeout of
+    /// ours).
     pub(crate) fn request_bound(&self) -> Duration {
-        let (connects, pauses) = match &self.servers {
-            Servers::Single(_) => (1, Duration::ZERO),
-            Servers::Sentinel { sentinels, .. } => (sentinels.len() + 1, Duration::ZERO),
-            Servers::Cluster { seeds } => (
-                seeds.len() + MAX_REDIRECTIONS,
-                MOVED_PAUSES + TRYAGAIN_FOR.min(self.dial.command_timeout),
-            ),
+        let connects = match &self.servers {
+            Servers::Single(_) => 1,
+            Servers::Sentinel { sentinels, .. } => sentinels.len() + 1,
+            Servers::Cluster { seeds } => seeds.len() + self.dial.learnt_besides(seeds).len(),
         };
         self.dial.connect_timeout * u32::try_from(connects).unwrap_or(u32::MAX)
             + self.dial.command_timeout
-            + pauses
             + Duration::from_secs(1)
     }
 
@@ -312,13 +357,28 @@ impl Target {
             (Servers::Single(address), _) => open(address),
             (Servers::Cluster { seeds }, _) => {
                 let (mut failures, mut all_auth) = (Vec::new(), true);
-                seeds
-                    .iter()
-                    .find_map(|seed| {
-                        open(seed)
+                // Each seed in turn, those that did not answer last; then the nodes learnt of
+                // (CLUSTER SLOTS, redirections), which know the slots as well as a seed does.
+                // Each must answer before it is used (see `Dial::open_checked`): a seed that
+                // does not costs one connect timeout, and no request is lost with it.
+                let mut candidates = seeds.clone();
+                candidates.extend(self.dial.learnt_besides(seeds));
+                self.dial
+                    .in_order(&candidates)
+                    .into_iter()
+                    .find_map(|node| {
+                        let opened = self.dial.open_checked(node, timeout, true);
+                        // A refused login is an answer: the node is there.
+                        self.dial.note(
+                            node,
+                            opened
+                                .as_ref()
+                                .is_err_and(|err| failure_of(err) != Some(Failure::Auth)),
+                        );
+                        opened
                             .map_err(|err| {
                                 all_auth &= failure_of(&err) == Some(Failure::Auth);
-                                failures.push(format!("{seed}: {err:#}"));
+                                failures.push(format!("{node}: {err:#}"));
                             })
                             .ok()
                     })
@@ -369,12 +429,39 @@ pub(crate) enum Unlisted {
 /// Redirections a Cluster request may follow (a slot moved, or moving) before it fails.
 const MAX_REDIRECTIONS: usize = 5;
 
-/// The longest a Cluster request pauses in all for TRYAGAIN (at most its command timeout): a
+/// The longest a Cluster request pauses in all for TRYAGAIN (within its command timeout): a
 /// slot's keys moving to another node, as a reshard moves them, a slot at a time.
 const TRYAGAIN_FOR: Duration = Duration::from_secs(4);
 
-/// The pauses before a third, fourth and fifth MOVED (see [`Session::run`]), in all.
-const MOVED_PAUSES: Duration = Duration::from_millis(100 + 200 + 400 + 800);
+/// What is left of the time until `deadline` (at least a millisecond: a socket takes no zero
+/// timeout, and a request with none left fails at once anyway).
+fn left_until(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Sleeps for `pause` when a request would still have time left after it; `false` (at once)
+/// when it would not: the request ends rather than pause past its command timeout.
+fn pause_within(pause: Duration, deadline: Instant) -> bool {
+    if Instant::now() + pause >= deadline {
+        return false;
+    }
+    std::thread::sleep(pause);
+    true
+}
+
+/// A request that redirections kept from reaching the slot's node within `timeout`: it did
+/// not run.
+fn out_of_time(timeout: Duration) -> anyhow::Error {
+    fail_not_run(
+        NotRun::Unreached,
+        format!(
+            "the Cluster kept redirecting the request past the command timeout ({})",
+            crate::duration::display(timeout)
+        ),
+    )
+}
 
 /// An open connection and what is needed to explain its failures and, in a Cluster, to follow
 /// them to the node that serves the lock's slot.
@@ -463,32 +550,34 @@ impl Session {
     /// [`MAX_REDIRECTIONS`] times; a second MOVED follows a pause of 50 ms doubled for each
     /// redirection so far. A TRYAGAIN (the slot is moving, and the request's keys are not all
     /// on one side yet) sends it again to the same node after a pause of 50 ms, doubling up to
-    /// 800 ms, as long as the pauses add up to at most [`TRYAGAIN_FOR`] and the command
-    /// timeout. None of those ran the request.
+    /// 800 ms, as long as the pauses add up to at most [`TRYAGAIN_FOR`]. None of those ran the
+    /// request. All of it, pauses, the redirected node's connect and each resend, ends by the
+    /// command timeout from the start: each gets what is left of it.
     pub(crate) fn run<T>(
         &mut self,
         mut request: impl FnMut(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> anyhow::Result<T> {
         self.used = true;
+        let timeout = self.command_timeout;
+        let deadline = Instant::now() + timeout;
         let mut redirections = 0;
         let mut retries = 0;
         let mut paused = Duration::ZERO;
-        let tryagain_for = TRYAGAIN_FOR.min(self.command_timeout);
         // The node an ASK named, for as long as the request is sent there.
         let mut asked: Option<Session> = None;
-        loop {
+        let result = loop {
             let result = match asked.as_mut() {
                 Some(there) => request(&mut asking::Asking(&mut there.con)),
                 None => request(&mut *self.con),
             };
             let err = match result {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => break Ok(reply),
                 Err(err) => err,
             };
 
             let explain = |err: &RedisError| asked.as_ref().unwrap_or(self).explain(err);
             if !self.cluster {
-                return Err(explain(&err));
+                break Err(explain(&err));
             }
             match (err.kind(), err.redirect_node()) {
                 (
@@ -497,49 +586,81 @@ impl Session {
                 ) => {
                     if redirections == MAX_REDIRECTIONS {
                         // Says so, rather than quote the last redirection.
-                        return Err(fail_not_run(
+                        break Err(fail_not_run(
                             NotRun::Unreached,
                             format!("more than {MAX_REDIRECTIONS} redirections in the Cluster"),
                         )
                         .context(self.dial.shown.clone()));
                     }
-                    let address = self.node_address(node)?;
+                    let address = match self.node_address(node) {
+                        Ok(address) => address,
+                        Err(err) => break Err(err),
+                    };
+                    self.dial.learn(&address);
                     if kind == ServerErrorKind::Moved {
                         // Moved again: the nodes disagree about the slot's owner for now (a
                         // reconfiguration under way), and would send it back and forth at once.
                         if redirections > 0 {
-                            std::thread::sleep(Duration::from_millis(50 << redirections));
+                            let pause = Duration::from_millis(50 << redirections);
+                            if !pause_within(pause, deadline) {
+                                break Err(out_of_time(timeout).context(self.dial.shown.clone()));
+                            }
                         }
-                        let moved = self.open_redirected(&address)?;
+                        let moved = match self.open_redirected(&address, deadline) {
+                            Ok(moved) => moved,
+                            Err(err) => break Err(err),
+                        };
                         self.con = moved.con;
                         self.address = address;
                         asked = None;
                     } else if asked.as_ref().is_none_or(|there| there.address != address) {
-                        asked = Some(self.open_redirected(&address)?);
+                        asked = match self.open_redirected(&address, deadline) {
+                            Ok(there) => Some(there),
+                            Err(err) => break Err(err),
+                        };
                     }
                     redirections += 1;
                 }
                 (ErrorKind::Server(ServerErrorKind::TryAgain), _) => {
                     let pause = Duration::from_millis(50 << retries.min(4));
-                    if paused + pause > tryagain_for {
-                        return Err(explain(&err));
+                    if paused + pause > TRYAGAIN_FOR || !pause_within(pause, deadline) {
+                        break Err(explain(&err));
                     }
-                    std::thread::sleep(pause);
                     paused += pause;
                     retries += 1;
                 }
-                _ => return Err(explain(&err)),
+                _ => break Err(explain(&err)),
             }
+            // The resend waits only for what is left of the request's time.
+            let left = left_until(deadline);
+            let con = match asked.as_mut() {
+                Some(there) => &mut there.con,
+                None => &mut self.con,
+            };
+            if let Err(err) = con.set_timeout(left) {
+                break Err(
+                    fail(Failure::Unavailable, err.to_string()).context(self.dial.shown.clone())
+                );
+            }
+        };
+        if redirections + retries > 0 {
+            // Later requests on this connection get the whole timeout again. (Setting it fails
+            // only on a socket no longer usable, whose next request fails anyway.)
+            let _ = self.con.set_timeout(self.command_timeout);
         }
+        result
     }
 
-    /// A session with the node a redirection named. The request has not run: a node that
-    /// refuses the connection says so (see [`NotRun::Unreached`]); one that does not answer
-    /// is silence, which a release does not wait out twice.
-    fn open_redirected(&self, address: &Address) -> anyhow::Result<Session> {
-        let mut there = self.dial.open(address, self.dial.connect_timeout)?;
+    /// A session with the node a redirection named, connecting by `deadline` (within the
+    /// connect timeout) and bounding its requests by what is left until then. The request has
+    /// not run: a node that refuses the connection says so (see [`NotRun::Unreached`]); one
+    /// that does not answer is silence, which a release does not wait out twice.
+    fn open_redirected(&self, address: &Address, deadline: Instant) -> anyhow::Result<Session> {
+        let mut there = self
+            .dial
+            .open(address, self.dial.connect_timeout.min(left_until(deadline)))?;
         there.cluster = true;
-        there.set_command_timeout(self.command_timeout)?;
+        there.set_command_timeout(left_until(deadline))?;
         Ok(there)
     }
 
@@ -568,6 +689,7 @@ impl Session {
                 .context(self.dial.shown.clone()));
             };
             let address = self.node_address(&master)?;
+            self.dial.learn(&address);
             if !addresses.contains(&address) {
                 addresses.push(address);
             }
@@ -602,6 +724,7 @@ impl Session {
             if let Some(address) = host_port.and_then(|node| self.node_address(&node).ok())
                 && !addresses.contains(&address)
             {
+                self.dial.learn(&address);
                 addresses.push(address);
             }
         }

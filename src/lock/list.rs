@@ -1,11 +1,12 @@
 //! Listing the locks under a prefix: SCAN for their holders keys (and, for metrics, their
-//! history keys) on every master, then inspect each.
+//! history keys) on every master, then inspect each. A lock whose slot refuses the read for
+//! now (a Cluster slot stuck half-migrated) is set apart as unreadable; the rest are listed.
 
 use std::collections::BTreeMap;
 
 use super::{Lock, LockState};
 use crate::conn::Session;
-use crate::exit::{Failure, fail, failure_of};
+use crate::exit::{Failure, Fate, fail, failure_of, fate};
 use crate::keys::{LockName, Prefix};
 
 /// Which locks a listing shows.
@@ -24,6 +25,9 @@ pub struct Listing {
     pub locks: Vec<LockState>,
     /// Key and reason, for keys matching the layout whose content redlock did not write.
     pub skipped: Vec<(String, anyhow::Error)>,
+    /// Locks found whose read was refused before it ran (TRYAGAIN, CLUSTERDOWN, redirections
+    /// that led nowhere: their slot cannot be served now), and why.
+    pub unreadable: Vec<(LockName, anyhow::Error)>,
 }
 
 /// Every lock under `prefix` in `scope`, by name, on every master of a Cluster. Uses SCAN,
@@ -66,6 +70,12 @@ pub fn list(session: Session, prefix: &Prefix, scope: Scope) -> anyhow::Result<L
             Ok(_) => {}
             Err(err) if failure_of(&err) == Some(Failure::Usage) => {
                 listing.skipped.push((key, err));
+            }
+            // Its slot refused it without running it: the other locks' slots may be served
+            // (a reshard stuck on one slot stops only that slot). A read that went unanswered
+            // still ends the listing: its node would make each later read wait as long.
+            Err(err) if matches!(fate(&err), Some(Fate::NotRun(_))) => {
+                listing.unreadable.push((lock.name, err));
             }
             Err(err) => return Err(err),
         }

@@ -74,6 +74,9 @@ pub(crate) struct Listed {
     pub(crate) masters: Option<usize>,
     /// Keys matching the layout whose content redlock did not write, and why.
     pub(crate) skipped: Vec<(String, anyhow::Error)>,
+    /// Locks whose read was refused before it ran (`Listing::unreadable`), and why; in quorum
+    /// mode, on some master (its URL in the reason).
+    pub(crate) unreadable: Vec<(LockName, anyhow::Error)>,
 }
 
 /// A lock's history: a server's time (Unix ms) at the reading, the holds oldest first, and
@@ -182,14 +185,16 @@ impl Store {
                         .collect(),
                     masters: None,
                     skipped: listing.skipped,
+                    unreadable: listing.unreadable,
                 })
             }
             Store::Quorum(quorum) => {
-                let (locks, skipped) = quorum.list(prefix, scope, log)?;
+                let (locks, skipped, unreadable) = quorum.list(prefix, scope, log)?;
                 Ok(Listed {
                     locks,
                     masters: Some(quorum.len()),
                     skipped,
+                    unreadable,
                 })
             }
         }

@@ -3,7 +3,7 @@
 //! merged history (`history`, `check`), the forced release; and the flags quorum mode refuses.
 
 use crate::conn::Session;
-use crate::keys::Prefix;
+use crate::keys::{LockName, Prefix};
 use crate::lock::{HistoryEntry, Holder, Lock, LockState, Scope, Unreadable, list};
 use crate::log::Log;
 
@@ -78,7 +78,8 @@ impl Quorum {
     }
 
     /// The locks under `prefix`, each as a majority of masters has it, with the number of
-    /// masters that hold it (`merged`); and the keys skipped as foreign data. A master that
+    /// masters that hold it (`merged`); the keys skipped as foreign data; the locks a master
+    /// refused to read (its URL in the reason: the others' reads still count). A master that
     /// did not answer is warned of; fewer than a majority is an error.
     #[allow(clippy::type_complexity)]
     pub(crate) fn list(
@@ -86,7 +87,11 @@ impl Quorum {
         prefix: &Prefix,
         scope: Scope,
         log: Log,
-    ) -> anyhow::Result<(Vec<(LockState, usize)>, Vec<(String, anyhow::Error)>)> {
+    ) -> anyhow::Result<(
+        Vec<(LockState, usize)>,
+        Vec<(String, anyhow::Error)>,
+        Vec<(LockName, anyhow::Error)>,
+    )> {
         let replies = self.each_session(|session| list(session, prefix, scope));
         let answered = replies.iter().filter(|reply| reply.is_ok()).count();
         if answered < self.majority() {
@@ -94,6 +99,7 @@ impl Quorum {
         }
         let mut by_name: Vec<Vec<LockState>> = Vec::new();
         let mut skipped = Vec::new();
+        let mut unreadable = Vec::new();
         for (reply, url) in replies.into_iter().zip(self.shown()) {
             let listing = match reply {
                 Ok(listing) => listing,
@@ -103,6 +109,12 @@ impl Quorum {
                 }
             };
             skipped.extend(listing.skipped);
+            unreadable.extend(
+                listing
+                    .unreadable
+                    .into_iter()
+                    .map(|(name, why)| (name, why.context(format!("master {url}")))),
+            );
             for state in listing.locks {
                 match by_name.iter_mut().find(|seen| seen[0].name == state.name) {
                     Some(seen) => seen.push(state),
@@ -115,7 +127,7 @@ impl Quorum {
             .map(|states| merged(states, self.majority()))
             .collect();
         locks.sort_by(|(a, _), (b, _)| a.name.as_str().cmp(b.name.as_str()));
-        Ok((locks, skipped))
+        Ok((locks, skipped, unreadable))
     }
 
     /// Every master's history of `lock`, merged (see `Store::history`): the latest time a
