@@ -11,7 +11,7 @@
 //!   started before it;
 //! - every key but the fence counter has an expiry;
 //! - a live waiter is handed a free lock within a bound, each dead or paused client costing
-//!   it at most a lease more;
+//!   it at most a lease more, a waiter that died blocked on its wake list a look more;
 //! - a request given up on (its token marked) never becomes a holder;
 //! - first come, first served: no live waiter whose entry has not lapsed is overtaken by one
 //!   queued behind it (or by one not queued at all).
@@ -34,11 +34,16 @@ pub struct Lock {
     pub mutant: Option<Mutant>,
 }
 
-/// The starving bound: a look near the head and a hand-over, and for each fault so far, a
-/// lease (a crashed holder's, or a grant a stopped waiter took) and a look.
+/// The starving bound: a look near the head and a hand-over (`hear` and a tick); for each
+/// fault so far, a lease (a crashed holder's, a grant a stopped waiter took, or a request of a
+/// crashed waiter that ran after it) and a look; for each crash of a waiter blocked on its
+/// wake list, a look and a hand-over again: a `run` grant it never heard of is taken back
+/// after `hear`, a claim grant ends after `claim`. Tight: take either mechanism out of the
+/// model and the bound breaks (`each_mechanism_is_needed_by_a_property`).
 fn bound(state: &System) -> u8 {
     let lease = u8::try_from(TTL).unwrap() + 1;
-    u8::try_from(TIMING.head_ttl).unwrap() + state.ghost.faults * lease
+    let look = u8::try_from(TIMING.hear).unwrap() + 1;
+    look + state.ghost.faults * lease + state.ghost.waiter_crashes * look
 }
 
 fn no_conflicting_holders(_: &Lock, state: &System) -> bool {

@@ -179,8 +179,13 @@ pub struct Ghost {
     pub cancelled: Vec<Tok>,
     /// Ticks in a row with a live waiter and no live client holding: see `check.rs`.
     pub starving: u8,
-    /// Faults so far (crashes and pauses): each may cost the waiters behind it its bound.
+    /// Faults so far (crashes and pauses) but those below: each may cost the waiters behind
+    /// it a lease.
     pub faults: u8,
+    /// Crashes of waiters blocked on their wake lists (no request on its way) so far: each may
+    /// cost the waiters behind it a head lease and a look, not a lease (its entry lapses; a
+    /// grant it never heard of is taken back).
+    pub waiter_crashes: u8,
     /// Commands started so far.
     pub starts: u8,
     /// A holder was admitted while a live waiter ahead of it in the queue, its entry not
@@ -457,7 +462,13 @@ impl System {
             }
             Action::Crash(i) => {
                 self.budget.crashes -= 1;
-                self.ghost.faults += 1;
+                // (A request still on its way may take the lock when it runs, for a lease.)
+                let c = &self.clients[i];
+                if matches!(c.phase, Phase::Waiting { .. }) && c.inflight.is_empty() {
+                    self.ghost.waiter_crashes += 1;
+                } else {
+                    self.ghost.faults += 1;
+                }
                 self.unblock(i);
                 let c = &mut self.clients[i];
                 c.crashed = true;

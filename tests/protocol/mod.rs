@@ -385,6 +385,54 @@ fn the_checker_catches_deliberate_bugs_in_the_model() {
     }
 }
 
+/// The mechanisms that make a dead waiter cheap, each taken out of the model, break the
+/// liveness bound: neither is there for nothing (docs/protocol.md, "What each mechanism is
+/// for").
+#[test]
+#[ignore = "the long tier: tests/faults/run"]
+fn each_mechanism_is_needed_by_a_property() {
+    let only = std::env::var("REDLOCK_MODEL_MUTANT").ok();
+    for mechanism in [
+        server::Mutant::WithoutUnheardTakeBack,
+        server::Mutant::WithoutClaimGrant,
+    ]
+    .into_iter()
+    .filter(|mechanism| {
+        only.as_ref()
+            .is_none_or(|name| *name == format!("{mechanism:?}"))
+    }) {
+        let mut broken = Vec::new();
+        for (set, crashes, pauses) in [
+            (Clients::Exclusive, 1, 0),
+            (Clients::Exclusive, 0, 1),
+            (Clients::Readers, 1, 0),
+        ] {
+            let checked = check::Lock {
+                roles: clients(set),
+                budget: clients::Budget {
+                    crashes,
+                    pauses,
+                    stalls: 0,
+                },
+                mutant: Some(mechanism),
+            }
+            .check(2, limit());
+            for (property, trace) in checked.broken {
+                if !broken.iter().any(|(p, _)| *p == property) {
+                    broken.push((property, trace));
+                }
+            }
+        }
+        for (property, trace) in &broken {
+            println!("{mechanism:?} breaks: {property}\n{trace}");
+        }
+        assert!(
+            !broken.is_empty(),
+            "{mechanism:?}: no property needs the mechanism"
+        );
+    }
+}
+
 /// The deliberate bugs three clients cannot meet in the searched budgets (docs/protocol.md,
 /// "Checked"): a head lease matters with a queue longer than the head places, reaping by a
 /// steady waiter after a server stall. The conformance test catches both in the scripts.

@@ -203,6 +203,11 @@ pub enum Mutant {
     NoHeadLease,
     /// Drop lapsed entries at the head on any call, not only a steady waiter's.
     ReapWithoutSteady,
+    // Mechanisms taken out (the model only: which property needs each, see `check.rs`).
+    /// Never take back a grant its waiter did not hear of.
+    WithoutUnheardTakeBack,
+    /// Grant a waiter that claims with a call as long as one that starts on the wake-up.
+    WithoutClaimGrant,
 }
 
 thread_local! {
@@ -522,6 +527,9 @@ impl Server {
         }
         // (A list that is there holds the wake-up: Redis deletes a list its pop emptied.)
         let listed = self.wake.iter().any(|list| Some(list.id) == first.wid);
+        if self.mutant == Some(Mutant::WithoutUnheardTakeBack) {
+            return None;
+        }
         (listed || self.mutant == Some(Mutant::TakeBackHeardGrant)).then_some(first)
     }
 
@@ -573,7 +581,10 @@ impl Server {
             if entry.ttl > 0 && entry.ttl < length {
                 length = entry.ttl;
             }
-            if entry.claims && timing.claim < length {
+            if entry.claims
+                && timing.claim < length
+                && self.mutant != Some(Mutant::WithoutClaimGrant)
+            {
                 length = timing.claim;
             }
             let fence = self.next_fence();
