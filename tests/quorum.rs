@@ -550,8 +550,9 @@ fn a_stopped_master_does_not_stall_an_acquisition() {
 }
 
 /// A round ends once the answers decide it: with one of five masters stopped, an acquisition,
-/// its renewals and its release each cost the straggler grace (a quarter of a second), not the
-/// per-master limit (3 s here: a tenth of `--ttl 30s`). Repro: the acquisition took 3 s.
+/// its renewals, a refusal (busy, given back) and its release each cost the straggler grace (a
+/// quarter of a second), not the per-master limit (3 s here: a tenth of `--ttl 30s`). Repro:
+/// the acquisition took 3 s, and so did the refusal after the round was made to end early.
 #[test]
 fn a_stopped_master_costs_a_round_the_grace_not_its_limit() {
     let masters = Masters::start(5);
@@ -573,11 +574,20 @@ fn a_stopped_master_costs_a_round_the_grace_not_its_limit() {
         .run()
         .code(0);
     let extended_in = started.elapsed();
+    // Busy: decided by the four that answer; the stopped master is sent its give-back (with
+    // the mark) but not waited for.
+    let started = Instant::now();
+    let mut args = timeouts.to_vec();
+    args.extend(["acquire", "--key", "q", "--ttl", "30s"]);
+    masters.redlock(&args).run().code(75);
+    let refused_in = started.elapsed();
     send_signal(masters.servers[4].pid(), "CONT");
     // Well under the 3 s limit each, which the round waited out before.
     assert!(
-        acquired_in < Duration::from_secs(2) && extended_in < Duration::from_secs(2),
-        "acquired in {acquired_in:?}, extended in {extended_in:?}: the stopped master's limit was waited out"
+        acquired_in < Duration::from_secs(2)
+            && extended_in < Duration::from_secs(2)
+            && refused_in < Duration::from_secs(2),
+        "acquired in {acquired_in:?}, extended in {extended_in:?}, refused in {refused_in:?}: the stopped master's limit was waited out"
     );
     masters
         .redlock(&["release", "--key", "q"])

@@ -147,7 +147,7 @@ impl Dial {
 
     /// A logged-in session with `address`, connecting and logging in within `timeout`.
     fn open(self: &Arc<Self>, address: &Address, timeout: Duration) -> anyhow::Result<Session> {
-        self.open_checked(address, timeout, false)
+        self.open_checked(address, timeout, false, false)
     }
 
     /// Like [`Self::open`]; with `answers`, the server has also answered a request within
@@ -159,6 +159,7 @@ impl Dial {
         address: &Address,
         timeout: Duration,
         answers: bool,
+        learnt: bool,
     ) -> anyhow::Result<Session> {
         let deadline = Instant::now() + timeout;
         let con = Box::new(Connection::open(address, self.tls.as_ref(), timeout)?);
@@ -172,7 +173,22 @@ impl Dial {
         };
         session.set_command_timeout(left_until(deadline))?;
         session.log_in(&self.credentials, self.db)?;
-        if answers && self.credentials.password.is_none() && self.db == 0 {
+        if learnt {
+            // A node learnt of earlier may be gone, and its address taken by another server
+            // (a pod's address reused): only one that serves slots of a Cluster is used, never
+            // a lone Redis that would take the lock where nobody else looks for it.
+            let slots: anyhow::Result<Vec<redis::Value>> =
+                session.run(|con| redis::cmd("CLUSTER").arg("SLOTS").query(con));
+            match slots {
+                Ok(slots) if !slots.is_empty() => {}
+                Ok(_) | Err(_) => {
+                    return Err(fail(
+                        Failure::Unavailable,
+                        "a node learnt of earlier no longer serves slots of a Cluster",
+                    ));
+                }
+            }
+        } else if answers && self.credentials.password.is_none() && self.db == 0 {
             // Any reply will do, a refusal (NOPERM) too: the server answered.
             match session.run(|con| redis::cmd("PING").query::<redis::Value>(con)) {
                 Err(err) if crate::exit::no_reply(&err).is_some() => return Err(err),
@@ -361,13 +377,26 @@ impl Target {
                 // (CLUSTER SLOTS, redirections), which know the slots as well as a seed does.
                 // Each must answer before it is used (see `Dial::open_checked`): a seed that
                 // does not costs one connect timeout, and no request is lost with it.
+                // A caller's bound shorter than the connect timeout (a give-up step, a hasty
+                // release: redlock ends within a second of a signal) bounds the whole search,
+                // not each node.
+                let whole = (limit < self.dial.connect_timeout).then(|| Instant::now() + limit);
                 let mut candidates = seeds.clone();
-                candidates.extend(self.dial.learnt_besides(seeds));
+                let learnt = self.dial.learnt_besides(seeds);
+                let learnt_count = learnt.len();
+                candidates.extend(learnt);
                 self.dial
                     .in_order(&candidates)
                     .into_iter()
                     .find_map(|node| {
-                        let opened = self.dial.open_checked(node, timeout, true);
+                        let timeout = match whole {
+                            Some(deadline) if Instant::now() >= deadline => return None,
+                            Some(deadline) => timeout.min(left_until(deadline)),
+                            None => timeout,
+                        };
+                        let opened =
+                            self.dial
+                                .open_checked(node, timeout, true, !seeds.contains(node));
                         // A refused login is an answer: the node is there.
                         self.dial.note(
                             node,
@@ -389,15 +418,31 @@ impl Target {
                     .ok_or_else(|| {
                         // Every seed refusing the login: the credentials, not the network.
                         let failures = failures.join("; ");
-                        if all_auth {
+                        let (nodes, all) = if learnt_count == 0 {
+                            ("seed node".to_owned(), "seed node".to_owned())
+                        } else {
+                            (
+                                format!("seed node (nor any of {learnt_count} nodes learnt of)"),
+                                format!("seed node (and each of {learnt_count} nodes learnt of)"),
+                            )
+                        };
+                        if all_auth && !failures.is_empty() {
                             fail(
                                 Failure::Auth,
-                                format!("every seed node refused the login ({failures})"),
+                                format!("every {all} refused the login ({failures})"),
+                            )
+                        } else if failures.is_empty() {
+                            fail(
+                                Failure::Unavailable,
+                                format!(
+                                    "no {nodes} answered within {}",
+                                    crate::duration::display(limit)
+                                ),
                             )
                         } else {
                             fail(
                                 Failure::Unavailable,
-                                format!("no seed node answered ({failures})"),
+                                format!("no {nodes} answered ({failures})"),
                             )
                         }
                     })
@@ -441,10 +486,17 @@ fn left_until(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-/// Sleeps for `pause` when a request would still have time left after it; `false` (at once)
-/// when it would not: the request ends rather than pause past its command timeout.
-fn pause_within(pause: Duration, deadline: Instant) -> bool {
-    if Instant::now() + pause >= deadline {
+/// The least a resent request is given (or all of a shorter command timeout): a resend left
+/// with a millisecond would time out for certain, and a request that timed out may have run,
+/// where one given up before it was sent again certainly did not.
+fn resend_floor(timeout: Duration) -> Duration {
+    (timeout / 2).min(Duration::from_millis(50))
+}
+
+/// Sleeps for `pause` when a request would still have [`resend_floor`] left after it; `false`
+/// (at once) when it would not: the request ends rather than pause past its command timeout.
+fn pause_within(pause: Duration, deadline: Instant, timeout: Duration) -> bool {
+    if Instant::now() + pause + resend_floor(timeout) >= deadline {
         return false;
     }
     std::thread::sleep(pause);
@@ -602,7 +654,7 @@ impl Session {
                         // reconfiguration under way), and would send it back and forth at once.
                         if redirections > 0 {
                             let pause = Duration::from_millis(50 << redirections);
-                            if !pause_within(pause, deadline) {
+                            if !pause_within(pause, deadline, timeout) {
                                 break Err(out_of_time(timeout).context(self.dial.shown.clone()));
                             }
                         }
@@ -623,7 +675,7 @@ impl Session {
                 }
                 (ErrorKind::Server(ServerErrorKind::TryAgain), _) => {
                     let pause = Duration::from_millis(50 << retries.min(4));
-                    if paused + pause > TRYAGAIN_FOR || !pause_within(pause, deadline) {
+                    if paused + pause > TRYAGAIN_FOR || !pause_within(pause, deadline, timeout) {
                         break Err(explain(&err));
                     }
                     paused += pause;
@@ -631,8 +683,12 @@ impl Session {
                 }
                 _ => break Err(explain(&err)),
             }
-            // The resend waits only for what is left of the request's time.
+            // The resend waits only for what is left of the request's time, and is not sent
+            // with too little of it left (a reconnect may have taken the rest): it did not run.
             let left = left_until(deadline);
+            if left < resend_floor(timeout) {
+                break Err(out_of_time(timeout).context(self.dial.shown.clone()));
+            }
             let con = match asked.as_mut() {
                 Some(there) => &mut there.con,
                 None => &mut self.con,

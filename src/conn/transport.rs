@@ -417,30 +417,44 @@ impl Read for Recording<'_> {
     }
 }
 
-/// How long the first connect attempt waits for an answer; each later one waits twice as long
-/// as the one before. The kernel sends a SYN that got no answer again only after a second (the
-/// initial retransmission timeout of RFC 6298), and a connection whose first SYN was lost
-/// would cost that second; a new socket after 250 ms sends a new SYN instead.
+/// How long the first connect attempt waits for an answer; the second waits twice as long,
+/// and the third whatever is left of the connect timeout. The kernel sends a SYN that got no
+/// answer again only after a second (the initial retransmission timeout of RFC 6298), and a
+/// connection whose first SYN was lost would cost that second; a new socket after 250 ms
+/// sends a new SYN instead. Only two attempts are short: each closes a socket whose SYN may
+/// still be answered, so a link whose round trip is longer than an attempt pays for it (with
+/// the default 2 s, a round trip up to 1.25 s still connects, in the last attempt).
 const FIRST_ATTEMPT: Duration = Duration::from_millis(250);
+
+/// The rounds of short attempts before the last, which waits for what is left.
+const SHORT_ROUNDS: u32 = 2;
 
 /// Resolves `host` and connects to its addresses until one answers or `deadline`: in rounds,
 /// each address in turn per round, each attempt a new socket (a new SYN) waiting
-/// [`FIRST_ATTEMPT`] in the first round and twice as long in each next one, the last cut to
-/// what is left of the deadline. An address that answered with a refusal or an error is not
-/// tried again (a refusal still fails at once); only silence is. Every address gets its first
-/// attempt early, so a silent address no longer uses up the deadline of the ones after it.
+/// [`FIRST_ATTEMPT`] in the first round, twice as long in the second, and in the last what is
+/// left of the deadline, shared among the addresses still silent. An address that answered
+/// with a refusal or an error is not tried again (a refusal still fails at once); only silence
+/// is. Every address gets its first attempt early, so a silent address no longer uses up the
+/// deadline of the ones after it.
 fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
     let mut addresses: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing");
-    let mut wait = FIRST_ATTEMPT;
+    let mut round = 0;
     while !addresses.is_empty() {
         let mut silent = Vec::with_capacity(addresses.len());
-        for address in addresses {
+        let count = addresses.len();
+        for (n, address) in addresses.into_iter().enumerate() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(io::ErrorKind::TimedOut.into());
             }
-            match TcpStream::connect_timeout(&address, wait.min(left)) {
+            let wait = if round < SHORT_ROUNDS {
+                (FIRST_ATTEMPT * 2_u32.pow(round)).min(left)
+            } else {
+                // The last round: the rest, shared by the addresses not tried in it yet.
+                left / u32::try_from(count - n).unwrap_or(u32::MAX)
+            };
+            match TcpStream::connect_timeout(&address, wait.max(Duration::from_millis(1))) {
                 Ok(tcp) => return Ok(tcp),
                 Err(err) => {
                     if matches!(
@@ -453,8 +467,11 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
                 }
             }
         }
+        if round >= SHORT_ROUNDS {
+            break;
+        }
         addresses = silent;
-        wait = wait.saturating_mul(2);
+        round += 1;
     }
     Err(last)
 }

@@ -151,7 +151,7 @@ impl Quorum {
         let (masters, majority) = (self.len(), self.majority());
         let replies = self.fan_out_until(
             limit,
-            move |session| {
+            move |_, session| {
                 let request = Request {
                     token: &token,
                     who: &who,
@@ -257,8 +257,12 @@ impl Quorum {
             })
             .collect();
         let chosen: Vec<bool> = give_back.iter().map(Option::is_some).collect();
+        let granted: Vec<bool> = give_back.iter().map(|b| *b == Some(true)).collect();
         let (lock, reenter) = (lock.clone(), request.reenter);
-        let _ = self.fan_out_where(
+        // Done once every master that granted it has given it back (and the straggler grace):
+        // a master that did not answer is sent its leave, with the mark, but not waited for;
+        // the mark, not the wait, keeps its late request from taking anything.
+        let _ = self.fan_out_until(
             limit,
             // Left, not released: the history records the grant as given back, which is no
             // run (`check`, `metrics`); only where the request may still be on its way is the
@@ -273,6 +277,12 @@ impl Quorum {
                 Some(granted) => lock.leave(session, &waiter, !granted),
             },
             |index| chosen[index],
+            move |replies| {
+                replies
+                    .iter()
+                    .zip(&granted)
+                    .all(|(reply, granted)| reply.is_some() || !granted)
+            },
         );
     }
 
@@ -334,7 +344,7 @@ impl Quorum {
         let (masters, majority) = (self.len(), self.majority());
         let replies = self.fan_out_until(
             limit,
-            move |session| lock.extend(session, &token, ttl, None),
+            move |_, session| lock.extend(session, &token, ttl, None),
             |_| true,
             // Decided once a majority confirmed it, or once enough no longer hold it that a
             // majority cannot: a stopped master costs a renewal the straggler grace.

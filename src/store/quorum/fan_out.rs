@@ -113,9 +113,12 @@ impl Quorum {
         chosen: impl Fn(usize) -> bool,
     ) -> Vec<anyhow::Result<T>> {
         let majority = self.majority();
-        self.fan_out_until(limit, request, chosen, |results| {
-            results.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority
-        })
+        self.fan_out_until(
+            limit,
+            move |_, session| request(session),
+            chosen,
+            |results| results.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+        )
     }
 
     /// Runs `request` on the masters `chosen` by index (the others' replies are "no answer
@@ -128,13 +131,12 @@ impl Quorum {
     pub(super) fn fan_out_until<T: Send + 'static>(
         &self,
         limit: Duration,
-        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
+        request: impl Fn(usize, &mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
         chosen: impl Fn(usize) -> bool,
         settled: impl Fn(&[Option<anyhow::Result<T>>]) -> bool,
     ) -> Vec<anyhow::Result<T>> {
         // Every master on a helper, none on this thread: it waits for the round to settle only.
-        let (mut results, replies) =
-            self.send_out(limit, move |_, session| request(session), &chosen, None);
+        let (mut results, replies) = self.send_out(limit, request, &chosen, None);
         let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
         while (0..results.len()).any(|index| chosen(index) && results[index].is_none()) {
             if settled(&results) {
