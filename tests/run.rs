@@ -1278,6 +1278,34 @@ fn in_a_pid_namespace_the_whole_tree_dies_with_redlock_killed_with_sigkill() {
 /// signal gives 128+N, --max-runtime stops it, and the lock is released after each. As root
 /// and as an unprivileged user, who stays who they are in the namespace (the command is pid
 /// 2 there, after the init).
+/// A `--pid-namespace` job that takes another lock the same way: the inner holder names its
+/// pid as /proc shows it, where the inner init looks it up (inside the outer namespace
+/// `getpid()` is another number). Repro: 71, "redlock ended before the command started".
+#[test]
+fn a_pid_namespace_inside_a_pid_namespace_runs() {
+    let server = RedisServer::start();
+    server
+        .redlock(&[
+            "run",
+            "--key",
+            "outer",
+            "--pid-namespace",
+            "--",
+            crate::util::REDLOCK,
+            "run",
+            "--key",
+            "inner",
+            "--pid-namespace",
+            "--",
+            "sh",
+            "-c",
+            "exit 5",
+        ])
+        .run()
+        .code(5)
+        .stderr_empty();
+}
+
 #[test]
 fn in_a_pid_namespace_statuses_signals_and_limits_work_as_without() {
     let server = RedisServer::start();

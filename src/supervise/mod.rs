@@ -230,8 +230,16 @@ fn start(
             Ok(Started::Running(child, session))
         }
         Err(err) => {
-            // The history records the status a shell would give (127, 126).
-            let failure = spawn_failure(&job.argv[0], &err);
+            // The history records the status a shell would give (127, 126). In a PID
+            // namespace what failed to start is redlock's own holder, not the command.
+            let failure = if job.pid_namespace {
+                fail(
+                    Failure::System,
+                    format!("--pid-namespace: cannot start redlock's init (/proc/self/exe): {err}"),
+                )
+            } else {
+                spawn_failure(&job.argv[0], &err)
+            };
             let code = i32::from(crate::exit::exit_code(&failure, crate::exit::BUSY));
             let status = Some(ChildStatus::Exited(code));
             ending.release(session, Duration::ZERO, hasty, status, None)?;

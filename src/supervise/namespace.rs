@@ -28,7 +28,7 @@ use std::ffi::OsString;
 use std::io;
 
 use nix::sched::{CloneFlags, unshare};
-use nix::unistd::{Gid, Pid, Uid, getpid};
+use nix::unistd::{Gid, Pid, Uid};
 
 use super::child::{self, Change, Spec};
 use crate::cli::PidNamespaceInitArgs;
@@ -58,7 +58,7 @@ pub(crate) fn run(args: &PidNamespaceInitArgs, inherited: Inherited) -> anyhow::
                 "/proc/self/exe".into(),
                 SUBCOMMAND.into(),
                 "--pid1-of".into(),
-                getpid().to_string().into(),
+                pid_in_proc()?.to_string().into(),
                 "--".into(),
             ];
             argv.extend_from_slice(&args.command);
@@ -89,6 +89,17 @@ fn enter_namespace() -> anyhow::Result<()> {
         return Ok(());
     };
     let (uid, gid) = (Uid::current(), Gid::current());
+    if uid.is_root() {
+        // Root without CAP_SYS_ADMIN (a container that drops it): a user namespace would map
+        // root alone, and the job would lose root's file access and its setuid, silently.
+        return Err(fail(
+            Failure::System,
+            format!(
+                "--pid-namespace: cannot create a PID namespace: refused to root ({}; CAP_SYS_ADMIN missing?), and a user namespace would take root's powers from the command",
+                alone.desc()
+            ),
+        ));
+    }
     let refused = |why: String| {
         fail(
             Failure::System,
@@ -111,6 +122,23 @@ fn enter_namespace() -> anyhow::Result<()> {
     write("setgroups", "deny".into())?;
     write("uid_map", format!("{uid} {uid} 1"))?;
     write("gid_map", format!("{gid} {gid} 1"))
+}
+
+/// This process's pid as /proc shows it (the namespace /proc was mounted for, which
+/// `parent_in_proc` reads too): not `getpid()`, which is the pid in the caller's own
+/// namespace, and differs when redlock itself runs in one (a `--pid-namespace` job that takes
+/// another lock the same way).
+fn pid_in_proc() -> anyhow::Result<Pid> {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|link| link.to_str()?.parse().ok())
+        .map(Pid::from_raw)
+        .ok_or_else(|| {
+            fail(
+                Failure::System,
+                "--pid-namespace: /proc/self does not name this process",
+            )
+        })
 }
 
 /// The parent pid of this process as /proc shows it.
