@@ -1278,6 +1278,31 @@ fn in_a_pid_namespace_the_whole_tree_dies_with_redlock_killed_with_sigkill() {
 /// signal gives 128+N, --max-runtime stops it, and the lock is released after each. As root
 /// and as an unprivileged user, who stays who they are in the namespace (the command is pid
 /// 2 there, after the init).
+/// The init's own messages keep the caller's `--log-format json` (a flag the init would not
+/// see unless passed on). Repro: a plain text line.
+#[test]
+fn in_a_pid_namespace_messages_keep_the_log_format() {
+    let server = RedisServer::start();
+    let out = server
+        .redlock(&[
+            "--log-format",
+            "json",
+            "run",
+            "--key",
+            "job",
+            "--pid-namespace",
+            "--",
+            "no-such-command-here",
+        ])
+        .run();
+    out.code(127);
+    assert!(
+        out.stderr.starts_with('{') && out.stderr.contains("\"exit\":127"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// A `--pid-namespace` job that takes another lock the same way: the inner holder names its
 /// pid as /proc shows it, where the inner init looks it up (inside the outer namespace
 /// `getpid()` is another number). Repro: 71, "redlock ended before the command started".

@@ -35,13 +35,21 @@ use crate::cli::PidNamespaceInitArgs;
 use crate::exit::{ChildStatus, Done, Failure, fail};
 use crate::signals::{Inherited, Signals};
 
+/// The flag that keeps the holder's and the init's messages in the caller's format (the
+/// environment's REDLOCK_LOG_FORMAT reaches them anyway; a `--log-format` flag would not).
+fn log_format() -> Option<OsString> {
+    crate::log::json().then(|| "--log-format=json".into())
+}
+
 /// The hidden subcommand the supervisor starts in the command's place.
 pub(crate) const SUBCOMMAND: &str = "pid-namespace-init";
 
 /// The argv the supervisor starts instead of `argv`: redlock itself (`/proc/self/exe` is the
 /// binary this process runs, even if the file was replaced since) as the holder.
 pub(crate) fn holder_argv(argv: &[OsString]) -> Vec<OsString> {
-    let mut wrapped: Vec<OsString> = vec!["/proc/self/exe".into(), SUBCOMMAND.into(), "--".into()];
+    let mut wrapped: Vec<OsString> = vec!["/proc/self/exe".into()];
+    wrapped.extend(log_format());
+    wrapped.extend([SUBCOMMAND.into(), "--".into()]);
     wrapped.extend_from_slice(argv);
     wrapped
 }
@@ -54,13 +62,14 @@ pub(crate) fn run(args: &PidNamespaceInitArgs, inherited: Inherited) -> anyhow::
     match args.pid1_of {
         None => {
             enter_namespace()?;
-            let mut argv = vec![
-                "/proc/self/exe".into(),
+            let mut argv: Vec<OsString> = vec!["/proc/self/exe".into()];
+            argv.extend(log_format());
+            argv.extend([
                 SUBCOMMAND.into(),
                 "--pid1-of".into(),
                 pid_in_proc()?.to_string().into(),
                 "--".into(),
-            ];
+            ]);
             argv.extend_from_slice(&args.command);
             supervise_one(&argv, &signals, inherited.closed, true)
         }
