@@ -342,39 +342,56 @@ fn the_protocol_keeps_its_properties_in_every_interleaving_deeply() {
     check_budgets(Clients::Semaphore, &[(2, 0, 0), (1, 1, 0)], limit());
 }
 
+/// Whether `mutant` is to be checked: all of them, or the one `REDLOCK_MODEL_MUTANT` names
+/// (e.g. SkipHeadCheck).
+fn chosen(mutant: server::Mutant) -> bool {
+    std::env::var("REDLOCK_MODEL_MUTANT").map_or(true, |name| name == format!("{mutant:?}"))
+}
+
+/// The properties the model with `mutant` breaks, each once with its shortest trace, over
+/// searches of (clients, crashes, pauses).
+fn broken_by(
+    mutant: server::Mutant,
+    searches: &[(Clients, u8, u8)],
+) -> Vec<(&'static str, String)> {
+    let mut broken: Vec<(&'static str, String)> = Vec::new();
+    for &(set, crashes, pauses) in searches {
+        let checked = check::Lock {
+            roles: clients(set),
+            budget: clients::Budget {
+                crashes,
+                pauses,
+                stalls: 0,
+            },
+            mutant: Some(mutant),
+        }
+        .check(2, limit());
+        for (property, trace) in checked.broken {
+            if !broken.iter().any(|(seen, _)| *seen == property) {
+                broken.push((property, trace));
+            }
+        }
+    }
+    broken
+}
+
 /// Which deliberate bugs the checker's properties catch when the model makes them (the
 /// conformance test catches every one in the scripts: the test above), in the long tier:
 /// every one but the two a few clients cannot meet ([`CHECKER_MISSES`]).
 #[test]
 #[ignore = "the long tier: tests/faults/run"]
 fn the_checker_catches_deliberate_bugs_in_the_model() {
-    // `REDLOCK_MODEL_MUTANT` (a bug's name, e.g. SkipHeadCheck) checks that one alone.
-    let only = std::env::var("REDLOCK_MODEL_MUTANT").ok();
-    for bug in mutants::BUGS.iter().filter(|bug| {
-        only.as_ref()
-            .is_none_or(|name| *name == format!("{:?}", bug.mutant))
-    }) {
-        let mut caught = Vec::new();
-        for (set, crashes, pauses) in [
+    for bug in mutants::BUGS.iter().filter(|bug| chosen(bug.mutant)) {
+        let searches = [
             (Clients::Exclusive, 1, 0),
             (Clients::Exclusive, 0, 1),
             (Clients::Readers, 1, 0),
             (Clients::Readers, 0, 1),
-        ] {
-            let checked = check::Lock {
-                roles: clients(set),
-                budget: clients::Budget {
-                    crashes,
-                    pauses,
-                    stalls: 0,
-                },
-                mutant: Some(bug.mutant),
-            }
-            .check(2, limit());
-            caught.extend(checked.broken.iter().map(|(property, _)| *property));
-        }
-        caught.sort_unstable();
-        caught.dedup();
+        ];
+        let caught: Vec<&str> = broken_by(bug.mutant, &searches)
+            .into_iter()
+            .map(|(property, _)| property)
+            .collect();
         println!("{:?}: the checker finds {caught:?}", bug.mutant);
         // A weakened property or model shows as a bug it no longer catches.
         assert!(
@@ -391,38 +408,19 @@ fn the_checker_catches_deliberate_bugs_in_the_model() {
 #[test]
 #[ignore = "the long tier: tests/faults/run"]
 fn each_mechanism_is_needed_by_a_property() {
-    let only = std::env::var("REDLOCK_MODEL_MUTANT").ok();
     for mechanism in [
         server::Mutant::WithoutUnheardTakeBack,
         server::Mutant::WithoutClaimGrant,
     ]
     .into_iter()
-    .filter(|mechanism| {
-        only.as_ref()
-            .is_none_or(|name| *name == format!("{mechanism:?}"))
-    }) {
-        let mut broken = Vec::new();
-        for (set, crashes, pauses) in [
+    .filter(|&mechanism| chosen(mechanism))
+    {
+        let searches = [
             (Clients::Exclusive, 1, 0),
             (Clients::Exclusive, 0, 1),
             (Clients::Readers, 1, 0),
-        ] {
-            let checked = check::Lock {
-                roles: clients(set),
-                budget: clients::Budget {
-                    crashes,
-                    pauses,
-                    stalls: 0,
-                },
-                mutant: Some(mechanism),
-            }
-            .check(2, limit());
-            for (property, trace) in checked.broken {
-                if !broken.iter().any(|(p, _)| *p == property) {
-                    broken.push((property, trace));
-                }
-            }
-        }
+        ];
+        let broken = broken_by(mechanism, &searches);
         for (property, trace) in &broken {
             println!("{mechanism:?} breaks: {property}\n{trace}");
         }
