@@ -35,7 +35,9 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
     for (state, _) in &locks {
         warn_unreadable(context, &state.unreadable);
     }
-    warn_unread_locks(context, &unreadable);
+    warn_unread_locks(context, &unreadable, |name| {
+        locks.iter().any(|(state, _)| state.name == *name)
+    });
     // Each unreadable lock once, unless (quorum mode) other masters' reads list it anyway.
     let mut unread: Vec<(&LockName, String)> = Vec::new();
     for (name, why) in &unreadable {

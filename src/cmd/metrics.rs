@@ -139,8 +139,10 @@ pub(super) fn run(context: &Context, _args: &MetricsArgs) -> anyhow::Result<Done
             }
         }
     }
-    super::warn_unread_locks(context, &unreadable);
     let states: Vec<&LockState> = locks.iter().map(|(state, _)| state).collect();
+    super::warn_unread_locks(context, &unreadable, |name| {
+        states.iter().any(|state| state.name == *name)
+    });
     // Each unreadable lock once, unless (quorum mode) other masters' reads list it anyway.
     let mut unread: Vec<&LockName> = Vec::new();
     for (name, _) in &unreadable {

@@ -188,13 +188,26 @@ pub(super) fn warn_unreadable(context: &Context, unreadable: &[Unreadable]) {
 }
 
 /// Warns of each lock a listing found but could not read (`Listed::unreadable`): its slot
-/// refused the read for now, and the other locks are shown.
-pub(super) fn warn_unread_locks(context: &Context, unreadable: &[(LockName, anyhow::Error)]) {
+/// refused the read for now, and the other locks are shown; in quorum mode, a lock `listed`
+/// from other masters' reads is shown as they have it, and the warning says so.
+pub(super) fn warn_unread_locks(
+    context: &Context,
+    unreadable: &[(LockName, anyhow::Error)],
+    listed: impl Fn(&LockName) -> bool,
+) {
     for (name, why) in unreadable {
-        context.log.warn(format_args!(
-            "lock {} could not be read, and is shown as unreadable ({why:#})",
-            printable(name.as_str())
-        ));
+        if listed(name) {
+            // Quorum mode: other masters read it, and it is shown as they have it.
+            context.log.warn(format_args!(
+                "lock {} could not be read on one master, and is shown as the others have it ({why:#})",
+                printable(name.as_str())
+            ));
+        } else {
+            context.log.warn(format_args!(
+                "lock {} could not be read, and is shown as unreadable ({why:#})",
+                printable(name.as_str())
+            ));
+        }
     }
 }
 
