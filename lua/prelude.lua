@@ -941,7 +941,11 @@ local function hand_off(lock, stop_at, grant, wake_ttl)
     record.granted = true
     -- A waiter that starts on the grant (no `claim`) is heard from by its wake list: see HEAR_MS.
     if not claims_grant(entry) then record.wid = id end
+    -- A token that still holds a live record (kept for a minimum hold after its release, and
+    -- queued again with the same token) is not one holder more: the grant replaces it.
+    local kept = decode_holder(redis.call('HGET', lock.key.holders, entry.tok))
     local json = put_holder(lock, entry.tok, record, true)
+    if kept and kept.exp > lock.now and lock.live then lock.live = lock.live - 1 end
     -- Grants are as long as each waiter asked, at most: the shortest ends first.
     if first == nil or record.exp < first[2].exp then first = {entry.tok, record, json} end
     remove_entry(lock, id)

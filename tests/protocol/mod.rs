@@ -438,3 +438,43 @@ const CHECKER_MISSES: &[server::Mutant] = &[
     server::Mutant::NoHeadLease,
     server::Mutant::ReapWithoutSteady,
 ];
+
+/// Found by the long tier's walks and shrunk to these six steps: a token kept for its minimum
+/// hold, queued again with the same token, then handed a permit of a semaphore: the grant
+/// replaces its kept record, and is not one holder more. The hand-off counted it twice and
+/// left the second permit unused (the model handed it to the next in line).
+#[test]
+fn a_token_queued_again_in_its_minimum_hold_is_one_holder() {
+    use conformance::Step::{Acquire, Release};
+    let permit = |client, ttl| Acquire {
+        client,
+        queueing: Queue::Join,
+        reenter: false,
+        ttl,
+        mode: Mode::Semaphore(2),
+    };
+    let steps = vec![
+        permit(0, 4200),
+        Release {
+            client: 0,
+            min_hold: 1000,
+            lost: false,
+        },
+        permit(2, 4200),
+        permit(0, 1800),
+        permit(1, 1800),
+        Release {
+            client: 2,
+            min_hold: 0,
+            lost: false,
+        },
+    ];
+    for _attempt in 0..3 {
+        match conformance::replay(4, &steps) {
+            conformance::Walked::Agreed { .. } => return,
+            conformance::Walked::Differed { why, .. } => panic!("{why}"),
+            conformance::Walked::Inconclusive => {}
+        }
+    }
+    panic!("the machine delayed the steps past their quarter tick three times");
+}
