@@ -1242,6 +1242,14 @@ fn without_a_pid_namespace_a_background_worker_outlives_redlock_killed_with_sigk
     );
 }
 
+/// Runs what follows as the unprivileged user nobody (a user namespace then makes the PID one).
+const NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
 /// Issue #41: with --pid-namespace, the same worker dies with redlock: redlock's SIGKILL takes
 /// the holder of the namespace (parent-death signal), the holder the init, and the init's
 /// death every process in the namespace. As root, and as an unprivileged user (through a user
@@ -1249,13 +1257,7 @@ fn without_a_pid_namespace_a_background_worker_outlives_redlock_killed_with_sigk
 #[test]
 fn in_a_pid_namespace_the_whole_tree_dies_with_redlock_killed_with_sigkill() {
     let server = RedisServer::start();
-    let nobody: &[&str] = &[
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
-    for prefix in [None, Some(nobody)] {
+    for prefix in [None, Some(NOBODY)] {
         let marker = kill_redlock_under_a_background_worker(&server, &["--pid-namespace"], prefix);
         let gone = wait_until(Duration::from_secs(2), || sleepers(&marker).is_empty());
         let survivors = sleepers(&marker);
@@ -1334,13 +1336,7 @@ fn a_pid_namespace_inside_a_pid_namespace_runs() {
 #[test]
 fn in_a_pid_namespace_statuses_signals_and_limits_work_as_without() {
     let server = RedisServer::start();
-    let nobody: &[&str] = &[
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
-    for prefix in [None, Some(nobody)] {
+    for prefix in [None, Some(NOBODY)] {
         let redlock = |args: &[&str]| {
             let mut all = vec!["run", "--key", "job", "--ttl", "3s", "--pid-namespace"];
             all.extend_from_slice(args);
