@@ -20,30 +20,39 @@ fn main() {
     script_shas(&manifest_dir);
 }
 
-/// Writes `$OUT_DIR/script_shas.rs`: a macro `script_sha!("<file>.lua")` giving the SHA-1 that
-/// Redis names the script by (the prelude, then the file: the text `src/scripts.rs` sends).
+/// Writes `$OUT_DIR/prelude.lua`, the files of `lua/prelude/` joined in file-name order (the
+/// helpers every script shares, kept by concern), and `$OUT_DIR/script_shas.rs`: a macro
+/// `script_sha!("<file>.lua")` giving the SHA-1 that Redis names the script by (the prelude,
+/// then the file: the text `src/scripts.rs` sends).
 fn script_shas(manifest_dir: &Path) {
     let lua = manifest_dir.join("lua");
     println!("cargo:rerun-if-changed={}", lua.display());
-    let read = |name: &str| {
-        std::fs::read(lua.join(name)).unwrap_or_else(|err| panic!("lua/{name}: {err}"))
+    let read =
+        |path: &Path| std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let lua_files = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.ends_with(".lua"))
+            .collect();
+        names.sort();
+        names
     };
-    let prelude = read("prelude.lua");
-    let mut names: Vec<String> = std::fs::read_dir(&lua)
-        .unwrap_or_else(|err| panic!("lua/: {err}"))
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".lua") && name != "prelude.lua")
-        .collect();
-    names.sort();
+    let mut prelude = Vec::new();
+    for name in lua_files(&lua.join("prelude")) {
+        prelude.extend(read(&lua.join("prelude").join(name)));
+    }
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("prelude.lua"), &prelude).expect("OUT_DIR is writable");
+    let names = lua_files(&lua);
     let mut arms = String::new();
     for name in names {
         let mut body = prelude.clone();
-        body.extend(read(&name));
+        body.extend(read(&lua.join(&name)));
         let sha = sha1::sha1_hex(&body);
         let sha = std::str::from_utf8(&sha).expect("hex digits are ASCII");
         writeln!(arms, "    ({name:?}) => {{ {sha:?} }};").expect("a String takes any text");
     }
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let text = format!("macro_rules! script_sha {{\n{arms}}}\n");
     std::fs::write(out.join("script_shas.rs"), text).expect("OUT_DIR is writable");
 }

@@ -709,10 +709,20 @@ def run_control(binary, n, options):
     return result
 
 
+def prelude_text():
+    """The prelude as redlock compiles it in: lua/prelude/'s files joined in file-name order."""
+    directory = os.path.join(ROOT, "lua", "prelude")
+    parts = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".lua"):
+            with open(os.path.join(directory, name)) as part:
+                parts.append(part.read())
+    return "".join(parts)
+
+
 def script_text(name):
-    with open(os.path.join(ROOT, "lua", "prelude.lua")) as prelude, \
-            open(os.path.join(ROOT, "lua", name)) as own:
-        return prelude.read() + own.read()
+    with open(os.path.join(ROOT, "lua", name)) as own:
+        return prelude_text() + own.read()
 
 
 def declared_inputs(text):

@@ -77,7 +77,7 @@ CLIENT_COMMANDS = (*SCRIPT_COMMANDS, "blpop", "hello", "auth", "select", "ping",
                    "subscribe", "unsubscribe", "quit", "reset")
 CLIENT_PREFIXES = ("client|", "script|", "command")
 
-# Past the history's cap (HISTORY_CAP, 100, in lua/prelude.lua): every hold after these trims
+# Past the history's cap (HISTORY_CAP, 100, in lua/prelude/40-history.lua): every hold after these trims
 # an entry, as on any lock that has run for a while.
 WARM_UP_RUNS = 110
 SEMAPHORE = 1000

@@ -39,7 +39,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from queue_scale import Client, free_port  # noqa: E402
+from queue_scale import Client, free_port, prelude_text  # noqa: E402
 from script_cost import RELEASED, SEED_ACQUIRE, SEED_RELEASE, SEED_TTL_MS  # noqa: E402
 
 WARM_UP = 110
@@ -200,7 +200,7 @@ def lua_texts(transform=lambda text: text, body=None):
     def read(name):
         with open(os.path.join(lua, name)) as file:
             return transform(file.read())
-    prelude = read("prelude.lua")
+    prelude = transform(prelude_text())
     if body is not None:
         return prelude + body, prelude + body
     return prelude + read("acquire.lua"), prelude + read("release.lua")

@@ -485,7 +485,7 @@ mod tests {
         let checked = checked();
         assert!(checked.len() > 20, "{checked:?}");
         let scripts = [
-            include_str!("../lua/prelude.lua"),
+            crate::scripts::PRELUDE,
             include_str!("../lua/acquire.lua"),
             include_str!("../lua/release.lua"),
             include_str!("../lua/extend.lua"),

@@ -53,7 +53,7 @@ pub mod lock;
 pub mod log;
 mod scripts;
 #[doc(hidden)]
-pub use scripts::with_scripts;
+pub use scripts::{PRELUDE, with_scripts};
 // (The build script names the scripts with it; here, its tests check those names.)
 #[cfg(test)]
 mod sha1;

@@ -3,7 +3,8 @@
 //! repeated once as EVAL, which also caches the script again. The SHA-1 of each script is
 //! computed when redlock is built (`build.rs`): hashing the scripts at every start was a large
 //! part of the CPU time of an uncontended `redlock run -- true`.
-//! Each script is `lua/prelude.lua` (shared helpers) followed by the script's own file.
+//! Each script is the prelude (the helpers every script shares: `lua/prelude/`'s files joined
+//! in file-name order by `build.rs`) followed by the script's own file.
 //!
 //! A script's KEYS and ARGV are named, not numbered: each script opens with
 //! `inputs({key names...}, {argument names...})`, and here one struct per script has a field
@@ -28,6 +29,11 @@ pub(crate) struct Script<I> {
     inputs: PhantomData<fn(I)>,
 }
 
+/// The prelude: `lua/prelude/`'s files joined in file-name order (by `build.rs`), the text
+/// every script begins with.
+#[doc(hidden)]
+pub const PRELUDE: &str = include_str!(concat!(env!("OUT_DIR"), "/prelude.lua"));
+
 // The SHA-1 of each script, computed by build.rs (`script_sha!("acquire.lua")`): hashing
 // 400 KB of script text in constant evaluation took the compiler most of a minute per build.
 include!(concat!(env!("OUT_DIR"), "/script_shas.rs"));
@@ -37,7 +43,7 @@ macro_rules! script {
         Script {
             file: $file,
             body: concat!(
-                include_str!("../lua/prelude.lua"),
+                include_str!(concat!(env!("OUT_DIR"), "/prelude.lua")),
                 include_str!(concat!("../lua/", $file))
             ),
             sha: script_sha!($file),
@@ -170,7 +176,8 @@ fn replaced(file: &str) -> Option<String> {
     })
 }
 
-/// Runs `run` with the scripts of `lua` (file name and text, the prelude among them) in
+/// Runs `run` with the scripts of `lua` (file name and text; the prelude, joined, as
+/// "prelude.lua") in
 /// place of the ones compiled in, for the calls this thread makes meanwhile (sent whole, with
 /// EVAL). A test seam, and the only one: the protocol's mutation tests
 /// (tests/protocol/mutants.rs) run copies of `lua/` with deliberate bugs through redlock's own
@@ -180,14 +187,12 @@ pub fn with_scripts<R>(lua: &[(&str, String)], run: impl FnOnce() -> R) -> R {
     let prelude = lua
         .iter()
         .find(|(file, _)| *file == "prelude.lua")
-        .map_or(include_str!("../lua/prelude.lua"), |(_, text)| {
-            text.as_str()
-        });
+        .map_or(PRELUDE, |(_, text)| text.as_str());
     let own = |file: &str, compiled: &str| {
-        let text = lua.iter().find(|(name, _)| *name == file).map_or(
-            &compiled[include_str!("../lua/prelude.lua").len()..],
-            |(_, text)| text.as_str(),
-        );
+        let text = lua
+            .iter()
+            .find(|(name, _)| *name == file)
+            .map_or(&compiled[PRELUDE.len()..], |(_, text)| text.as_str());
         (file.to_owned(), format!("{prelude}{text}"))
     };
     let scripts = vec![
@@ -348,7 +353,7 @@ impl<I: Inputs> Script<I> {
     /// The key and argument names the script declares in its `inputs(...)` call.
     #[cfg(test)]
     fn declared(&self) -> (Vec<String>, Vec<String>) {
-        let own = &self.body[include_str!("../lua/prelude.lua").len()..];
+        let own = &self.body[PRELUDE.len()..];
         let call = own
             .split_once("inputs(")
             .expect("the script names its inputs")
@@ -396,12 +401,12 @@ mod tests {
     /// The prelude's copies of constants the Rust side owns: the two must agree.
     #[test]
     fn the_prelude_copies_the_constants_rust_owns() {
-        let prelude = include_str!("../lua/prelude.lua");
+        let prelude = PRELUDE;
         let value = |name: &str| -> u128 {
             let line = prelude
                 .lines()
                 .find(|line| line.starts_with(&format!("local {name} = ")))
-                .unwrap_or_else(|| panic!("no {name} in prelude.lua"));
+                .unwrap_or_else(|| panic!("no {name} in lua/prelude/"));
             line.rsplit(' ')
                 .next()
                 .and_then(|value| value.parse().ok())

@@ -39,7 +39,7 @@ use crate::keys::{LockKeys, LockName, Prefix};
 /// How long a queue entry lives unless its waiter refreshes it: a waiter calls (`refresh`, or
 /// `acquire` with [`Queueing::Stay`]) within a third of this after its last call, and sooner
 /// when an `acquire` reply's `hint` says so. A waiter that died stays in the queue this long at
-/// most; in the first places of the queue, 3 s (the head lease, `lua/prelude.lua`). Handed the
+/// most; in the first places of the queue, 3 s (the head lease, `lua/prelude/60-queue.lua`). Handed the
 /// lock before its entry lapsed, it costs the queue one [`GRANT`].
 ///
 /// Each refresh costs Redis a script call and a BLPOP ended and begun again: every 40 s,
@@ -50,7 +50,7 @@ pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(120);
 /// The lease a waiter is handed the lock with: `run` starts on it and its first renewal
 /// extends it, `acquire` claims the full lease at once (and is handed a [`CLAIM_GRANT`]). A
 /// `run` waiter that died before its turn never takes the grant's wake-up off its list, and
-/// the first look after 600 ms takes the grant back (`HEAR_MS` in `lua/prelude.lua`); one that
+/// the first look after 600 ms takes the grant back (`HEAR_MS` in `lua/prelude/60-queue.lua`); one that
 /// died just after taking it costs the queue this long at most. Long enough for a host that
 /// stalls the new holder for a second or two as its command starts (1.2 s was seen while 1,000
 /// holders exited at once on 2 CPUs: with a 2 s grant the command was stopped as soon as it

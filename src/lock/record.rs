@@ -149,7 +149,7 @@ pub(super) fn time_and_records<T: serde::de::DeserializeOwned>(
 /// What a lock's history keeps, as a hold asks for it (`run`/`acquire --history`,
 /// `--history-ttl`); `None` keeps the lock's own (that of its newest entry), else the defaults.
 /// Every entry carries the retention of its hold, and every script that writes the history
-/// applies the retention of the entry it wrote last (`lua/prelude.lua`, HISTORY_CAP).
+/// applies the retention of the entry it wrote last (`lua/prelude/40-history.lua`, HISTORY_CAP).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Holds kept, newest first (1 to [`Retention::MAX_HOLDS`]).
@@ -160,7 +160,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// The most holds a history keeps (HISTORY_MAX_CAP in `lua/prelude.lua`; 100 unless asked,
+    /// The most holds a history keeps (HISTORY_MAX_CAP in `lua/prelude/40-history.lua`; 100 unless asked,
     /// HISTORY_CAP).
     pub const MAX_HOLDS: u32 = 1000;
     /// The shortest and longest a history may be asked to live after its last change

@@ -1,5 +1,5 @@
 //! The status codes that open the scripts' replies, named on both sides of the Lua/Rust
-//! boundary: the scripts write `REPLY.<script>.<name>` (`lua/prelude.lua`), Rust reads one
+//! boundary: the scripts write `REPLY.<script>.<name>` (`lua/prelude/10-basics.lua`), Rust reads one
 //! enum per reply, and only the number crosses (a test checks that both name the same codes
 //! with the same numbers). Each reply is decoded with an exhaustive match on its code: a
 //! reply that opens with no code of its script, or whose fields are not what that code sends,
@@ -195,7 +195,7 @@ mod tests {
 
     use super::*;
 
-    const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+    const PRELUDE: &str = crate::scripts::PRELUDE;
 
     /// The prelude's `REPLY` table: script, then each code's name and number.
     fn lua_codes() -> BTreeMap<String, BTreeMap<String, i64>> {

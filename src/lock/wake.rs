@@ -11,7 +11,7 @@ use crate::conn::Session;
 /// so this only bounds what a dead waiter leaves behind.
 pub const WAKE_TTL: Duration = Duration::from_secs(5);
 
-/// What a script pushed onto a waiter's wake list (see `hand_off` in `lua/prelude.lua`).
+/// What a script pushed onto a waiter's wake list (see `hand_off` in `lua/prelude/70-hand-off.lua`).
 #[derive(Debug)]
 pub enum Wake {
     /// The lock was handed to this waiter: a grant of [`GRANT`](super::GRANT) with this fence, ending at

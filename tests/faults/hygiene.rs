@@ -1,5 +1,6 @@
 //! T35, Lua hygiene, checked on the scripts themselves: each is one fixed text with one fixed
-//! SHA (the SHA Redis caches is the SHA-1 of `lua/prelude.lua` followed by the script's file,
+//! SHA (the SHA Redis caches is the SHA-1 of the prelude, `lua/prelude/`'s files joined in
+//! file-name order, followed by the script's file,
 //! never of text built at run time), no script loads code (`loadstring`, `load`, ...), `KEYS`
 //! and `ARGV` are read in one place (`inputs` in the prelude, which names them), and no key
 //! name is built inside a script, with one documented exception: other waiters' wake lists
@@ -70,17 +71,36 @@ fn scripts_are_fixed_texts_that_take_their_keys_from_keys() {
         "Lua hygiene: fixed SHAs, keys from KEYS, no loaded code",
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
-    let prelude = std::fs::read_to_string(root.join("prelude.lua")).unwrap();
+    let lua_files = |dir: &Path| {
+        let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "lua"))
+            .map(|path| {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(&path).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let mut prelude = String::new();
     let mut scripts = Vec::new();
     let mut broken = Vec::new();
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|ext| ext == "lua") {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(&path).unwrap();
-            broken.extend(violations(&name, &text));
-            scripts.push((name, text));
-        }
+    for (name, text) in lua_files(&root.join("prelude")) {
+        let name = format!("prelude/{name}");
+        broken.extend(violations(&name, &text));
+        prelude.push_str(&text);
+        scripts.push((name, text));
+    }
+    assert_eq!(
+        prelude,
+        redlock::PRELUDE,
+        "the prelude compiled in is lua/prelude/'s files joined in file-name order"
+    );
+    for (name, text) in lua_files(&root) {
+        broken.extend(violations(&name, &text));
+        scripts.push((name, text));
     }
     tally.runs = scripts.len() as u64;
     assert!(
@@ -105,7 +125,7 @@ fn scripts_are_fixed_texts_that_take_their_keys_from_keys() {
     }
     let mut cached = 0;
     for (name, text) in &scripts {
-        if name == "prelude.lua" {
+        if name.starts_with("prelude/") {
             continue;
         }
         let sha = sha1_hex(&format!("{prelude}{text}"));

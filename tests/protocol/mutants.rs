@@ -70,7 +70,7 @@ pub const BUGS: &[Bug] = &[
 /// The text of `file` in `lua/`.
 fn script(file: &str) -> &'static str {
     match file {
-        "prelude.lua" => include_str!("../../lua/prelude.lua"),
+        "prelude.lua" => redlock::PRELUDE,
         "acquire.lua" => include_str!("../../lua/acquire.lua"),
         "release.lua" => include_str!("../../lua/release.lua"),
         other => panic!("no mutants of {other}"),

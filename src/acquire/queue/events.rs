@@ -16,7 +16,7 @@ use crate::lock::{Acquisition, GRANT, Lease, Refreshed, Waiter, Wake};
 use crate::log::printable;
 
 /// How soon a waiter told it moved into the head lease's places calls, at the latest:
-/// `HEAR_MS` in `lua/prelude.lua`, as the script's `h:` says.
+/// `HEAR_MS` in `lua/prelude/60-queue.lua`, as the script's `h:` says.
 const HEAD_LOOK: Duration = Duration::from_millis(600);
 
 impl Acquirer<'_> {
