@@ -1,13 +1,19 @@
 -- acquire: take the lock, claim a lock handed over to the caller, re-enter a lock the caller's
 -- token already holds, or join / refresh the FIFO queue. Nobody barges: free room goes to the
 -- queue's head first.
--- Returns (codes: REPLY.acquire in the prelude) {acquired, fence, now_ms} when acquired (or
+-- Returns (codes: REPLY.acquire, below) {acquired, fence, now_ms} when acquired (or
 -- re-entered); {busy, now_ms, holder_json or false, position, length, hint_ms} when not
 -- (position 0: not queued; hint: when to call again, at the latest); {gone, now_ms} when
 -- `stay` is set and the caller is neither queued nor handed the lock; {not_held, now_ms} when
 -- re-entering with a token that does not hold the lock; {cancelled, now_ms} when the token's
 -- sender gave up on it (see below).
 -- Every check happens before the first write, so an error reply leaves Redis untouched.
+
+-- The status code that opens the reply, by name (REPLY.acquire.<name>): only the number crosses
+-- to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  acquire = {acquired = 1, busy = 0, gone = -1, not_held = -2, cancelled = -3},
+}
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',

@@ -3,11 +3,17 @@
 -- ask). Read-only.
 -- Every command is asked about with a whole, valid list of arguments: Redis 7.0 reads the keys
 -- of a command from its arguments, and crashes on a command given too few.
--- Returns (codes: REPLY.doctor in the prelude) {checked, {denied command...}, {denied Pub/Sub
+-- Returns (codes: REPLY.doctor, below) {checked, {denied command...}, {denied Pub/Sub
 -- command...}, {denied optional command...}}, or {unchecked} on a server that cannot ask: the
 -- second list is about quorum mode's release notices on the lock's channel, which are best
 -- effort; the third about commands the scripts use only when allowed (EXISTS: without it an
 -- acquisition reads the lock's keys one by one, which costs the server more time).
+
+-- The status code that opens the reply, by name (REPLY.doctor.<name>): only the number crosses
+-- to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  doctor = {checked = 1, unchecked = 0},
+}
 local refused, key, arg = inputs({'sample'}, {'script_sha', 'channel'})
 if refused then return refused end
 if not redis.acl_check_cmd then return {REPLY.doctor.unchecked} end

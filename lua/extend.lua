@@ -3,8 +3,14 @@
 -- renewal still on its way when the run released must not hold it a whole lease longer).
 -- `keeper`: the pid of the process renewing it for `acquire --keep-alive` ('' = none), kept in
 -- the record beside the caller's.
--- Returns (codes: REPLY.extend in the prelude) {extended, now_ms} when extended, {not_held,
+-- Returns (codes: REPLY.extend, below) {extended, now_ms} when extended, {not_held,
 -- now_ms} when the token holds nothing.
+
+-- The status code that opens the reply, by name (REPLY.extend.<name>): only the number crosses
+-- to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  extend = {extended = 1, not_held = 0},
+}
 local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms', 'keeper'})
 if refused then return refused end
 local token, ttl = arg.token, tonumber(arg.ttl_ms)

@@ -4,9 +4,15 @@
 -- its history entry carry it, so any later majority sees a counter at least this high.
 -- Token-checked: only a master where the token holds the lock is raised (the fencing argument
 -- needs exactly those: docs/safety.md, "Fences over a quorum").
--- Returns (codes: REPLY.raise in the prelude) {raised, now_ms} when raised, {not_held, now_ms}
+-- Returns (codes: REPLY.raise, below) {raised, now_ms} when raised, {not_held, now_ms}
 -- when the token holds nothing here; an error reply for a fence that is not decimal digits
 -- below the maximum (nothing changed).
+
+-- The status code that opens the reply, by name (REPLY.raise.<name>): only the number crosses
+-- to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  raise = {raised = 1, not_held = 0},
+}
 local refused, key, arg = inputs({'holders', 'leases', 'fence', 'history'}, {'token', 'issued'})
 if refused then return refused end
 local token, fence = arg.token, arg.issued

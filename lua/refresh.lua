@@ -1,7 +1,13 @@
 -- refresh: keep a waiter's queue entry alive, reading nothing but that entry and its place.
--- Returns (codes: REPLY.refresh in the prelude) {queued, now_ms, position, length} when
+-- Returns (codes: REPLY.refresh, below) {queued, now_ms, position, length} when
 -- refreshed; {not_queued, now_ms} when the waiter is not queued (any more): it was handed the
 -- lock (see its wake list, or call acquire to claim it), or its entry expired.
+
+-- The status code that opens the reply, by name (REPLY.refresh.<name>): only the number crosses
+-- to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  refresh = {queued = 1, not_queued = 0},
+}
 local refused, key, arg = inputs({'queue', 'waiters'}, {'waiter', 'entry_ttl_ms'})
 if refused then return refused end
 local lock = {key = key, now = server_now()}

@@ -12,13 +12,20 @@
 -- given back. A token that holds nothing but names the `fence` it
 -- held (a `run` whose lease was lost) marks that entry lost, unless it already ended; either
 -- way the exit status is recorded there.
--- Returns for 'token' (codes: REPLY.release in the prelude): released, {kept, kept_ms} kept for
+-- Returns for 'token' (codes: REPLY.release, below): released, {kept, kept_ms} kept for
 -- the minimum hold, {still_held, holds_left} still held by outer invocations, not_held the
 -- token holds nothing (nothing changed); for 'force': {now_ms, holder_json...} of the evicted
 -- holders; for 'leave': REPLY.leave.left.
 -- Quorum mode (docs/servers.md, "Several masters") passes the channel its waiters listen on as `notify`:
 -- a hold that ends here is published there. Under pcall: a user that may not publish makes its
 -- waiters fall back to their backoff, never the release fail.
+
+-- The status code that opens the reply, by name (REPLY.release.<name>, REPLY.leave.<name>): only the
+-- number crosses to redlock, which names the same codes (src/lock/reply.rs: a test compares the two).
+local REPLY = {
+  release = {released = 1, not_held = 0, kept = 2, still_held = 3},
+  leave = {left = 1},
+}
 local refused, key, arg = inputs(
   {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
   {'op', 'token', 'min_hold_ms', 'waiter', 'grant_ms', 'wake_ttl_ms', 'mark_ttl_ms', 'held_fence',

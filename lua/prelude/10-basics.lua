@@ -16,19 +16,6 @@
 -- first write, the only calls are ones that cannot fail on data we have checked; a push onto
 -- another waiter's wake list (a key we cannot check in advance) is made under pcall.
 
--- The status code that opens each script's reply, by name: `REPLY.<script>.<name>` (a release
--- with op 'leave' answers from REPLY.leave). Only the number crosses to redlock, which names
--- the same codes (src/lock/reply.rs: a test compares the two; README.md has the table).
-local REPLY = {
-  acquire = {acquired = 1, busy = 0, gone = -1, not_held = -2, cancelled = -3},
-  release = {released = 1, not_held = 0, kept = 2, still_held = 3},
-  leave = {left = 1},
-  extend = {extended = 1, not_held = 0},
-  raise = {raised = 1, not_held = 0},
-  refresh = {queued = 1, not_queued = 0},
-  doctor = {checked = 1, unchecked = 0},
-}
-
 -- redlock needs Redis 6.0 or later (docs/servers.md, "Supported servers"). Older servers are refused
 -- before anything is read or written, naming the version found: 6.0 gave scripts
 -- redis.setresp, which older ones lack. (INFO under pcall: a rename may hide it; an older

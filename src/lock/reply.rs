@@ -1,5 +1,5 @@
 //! The status codes that open the scripts' replies, named on both sides of the Lua/Rust
-//! boundary: the scripts write `REPLY.<script>.<name>` (`lua/prelude/10-basics.lua`), Rust reads one
+//! boundary: the scripts write `REPLY.<script>.<name>` (each script's own table), Rust reads one
 //! enum per reply, and only the number crosses (a test checks that both name the same codes
 //! with the same numbers). Each reply is decoded with an exhaustive match on its code: a
 //! reply that opens with no code of its script, or whose fields are not what that code sends,
@@ -11,7 +11,7 @@ use crate::exit::{Failure, fail};
 
 /// The status code of one script's reply.
 pub(super) trait Code: Copy + 'static {
-    /// The script's table in the prelude's `REPLY` (only the test that compares the two sides
+    /// The script's table in its `REPLY` (only the test that compares the two sides
     /// reads it: the wire carries numbers).
     #[cfg(test)]
     const TABLE: &'static str;
@@ -19,7 +19,7 @@ pub(super) trait Code: Copy + 'static {
     const CODES: &'static [(Self, &'static str, i64)];
 }
 
-/// Declares the code enum of one script's reply: each variant with its name in the prelude's
+/// Declares the code enum of one script's reply: each variant with its name in the script's
 /// `REPLY.<table>` and its number.
 macro_rules! codes {
     ($(#[$doc:meta])* $name:ident in $table:literal {
@@ -195,21 +195,29 @@ mod tests {
 
     use super::*;
 
-    const PRELUDE: &str = crate::scripts::PRELUDE;
+    /// The scripts that reply with a code, each naming its codes in its own `REPLY` table.
+    const SCRIPTS: [&str; 6] = [
+        include_str!("../../lua/acquire.lua"),
+        include_str!("../../lua/release.lua"),
+        include_str!("../../lua/extend.lua"),
+        include_str!("../../lua/raise.lua"),
+        include_str!("../../lua/refresh.lua"),
+        include_str!("../../lua/doctor.lua"),
+    ];
 
-    /// The prelude's `REPLY` table: script, then each code's name and number.
-    fn lua_codes() -> BTreeMap<String, BTreeMap<String, i64>> {
-        let table = PRELUDE
+    /// The codes one script names in its own `REPLY` table: table (the script, or for
+    /// release.lua each op), then each code's name and number.
+    fn codes_of(script: &str) -> BTreeMap<String, BTreeMap<String, i64>> {
+        script
             .split_once("local REPLY = {\n")
-            .expect("the prelude names its reply codes")
+            .expect("the script names its reply codes")
             .1
             .split_once("\n}\n")
             .expect("a closed table")
-            .0;
-        table
+            .0
             .lines()
             .map(|line| {
-                let (script, codes) = line.trim().split_once(" = {").expect("script = {...}");
+                let (table, codes) = line.trim().split_once(" = {").expect("table = {...}");
                 let codes = codes
                     .trim_end_matches(',')
                     .trim_end_matches('}')
@@ -219,9 +227,19 @@ mod tests {
                         (name.trim().to_owned(), number.trim().parse().unwrap())
                     })
                     .collect();
-                (script.to_owned(), codes)
+                (table.to_owned(), codes)
             })
             .collect()
+    }
+
+    /// Every script's codes together (no prelude table: each script builds only its own at
+    /// each call).
+    fn lua_codes() -> BTreeMap<String, BTreeMap<String, i64>> {
+        assert!(
+            !crate::scripts::PRELUDE.contains("local REPLY"),
+            "each script names its own codes"
+        );
+        SCRIPTS.iter().flat_map(|script| codes_of(script)).collect()
     }
 
     fn rust_codes<C: Code>() -> (String, BTreeMap<String, i64>) {
@@ -259,22 +277,15 @@ mod tests {
         }
     }
 
-    /// A script that names a code the table lacks would send nil, which ends the reply's
+    /// A script that names a code its table lacks would send nil, which ends the reply's
     /// array there; a status written as a bare number is not named at all; a code no script
     /// sends is dead.
     #[test]
-    fn the_scripts_send_every_code_of_the_prelude_and_no_other() {
-        let codes = lua_codes();
-        let scripts = [
-            include_str!("../../lua/acquire.lua"),
-            include_str!("../../lua/release.lua"),
-            include_str!("../../lua/extend.lua"),
-            include_str!("../../lua/raise.lua"),
-            include_str!("../../lua/refresh.lua"),
-            include_str!("../../lua/doctor.lua"),
-        ];
+    fn each_script_sends_every_code_of_its_table_and_no_other() {
         let mut sent = BTreeMap::<String, BTreeMap<String, i64>>::new();
-        for script in scripts {
+        for script in SCRIPTS {
+            // A script's own table: another's is not there when it runs.
+            let codes = codes_of(script);
             for (at, _) in script.match_indices("REPLY.") {
                 let name: String = script[at + "REPLY.".len()..]
                     .chars()
@@ -289,7 +300,7 @@ mod tests {
                             .or_default()
                             .insert(code.to_owned(), number);
                     }
-                    // A table named in a comment (`REPLY.acquire in the prelude`).
+                    // A table named in a comment (`REPLY.acquire, below`).
                     None => assert!(codes.contains_key(name), "REPLY.{name}"),
                 }
             }
@@ -306,7 +317,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(sent, codes);
+        assert_eq!(sent, lua_codes());
     }
 
     #[test]
