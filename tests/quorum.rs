@@ -380,6 +380,53 @@ fn list_metrics_and_inspect_show_each_lock_as_a_majority_has_it() {
 /// count: the enclosing hold stays on every master that has it. Repro (review): it was given
 /// back whole on the master that granted the re-entry, and a stranger took the lock while the
 /// outer invocation still held it.
+/// A waiter in quorum mode says where its wait stands at every progress interval, as one on a
+/// single Redis does (the one wait loop draws the status line for either store): who holds
+/// the lock and how long is left, with no place in a queue (there is none across masters).
+#[test]
+fn a_quorum_waiter_in_a_ci_log_reports_progress() {
+    let masters = Masters::start(3);
+    let out = masters
+        .redlock(&[
+            "acquire",
+            "--key",
+            "k",
+            "--ttl",
+            "60s",
+            "--note",
+            "the holder",
+        ])
+        .run();
+    out.code(0);
+    let out = masters
+        .redlock(&[
+            "acquire",
+            "--key",
+            "k",
+            "--ttl",
+            "10s",
+            "--wait",
+            "2500ms",
+            "--progress-every",
+            "1s",
+        ])
+        .run();
+    out.code(75);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("redlock: waiting for lock 'k': held by "))
+        .collect();
+    assert!(lines.len() >= 2, "{}", out.stderr);
+    assert!(
+        lines.iter().all(|line| line.contains("the holder")
+            && line.contains(" left")
+            && !line.contains("position")),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_failed_reentry_leaves_the_enclosing_hold() {
     let masters = Masters::start(3);

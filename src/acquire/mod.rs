@@ -1,37 +1,137 @@
-//! Taking a lock: at once, by re-entering it, or after waiting. [`take`] is the one entry:
-//! on one Redis the lock's FIFO queue (`queue`, a state machine that blocks on its wake list),
-//! over a quorum of masters rounds of acquisition with release notices (`quorum`, no queue:
-//! there is no order across independent masters). Both end in an [`Outcome`]; a lock taken is
-//! [`Held`], ready for `run`'s supervisor or for printing its token. `status` draws where the
-//! wait stands.
+//! Taking a lock: at once, by re-entering it, or after waiting. [`wait`] is the one wait loop:
+//! it owns the signals, the deadline of `--wait` and the status line, and drives whichever
+//! store's acquisition [`Store::take`] built, a [`Machine`]: on one Redis the lock's FIFO
+//! queue (a state machine that blocks on its wake list, `store/single/queue`), over a quorum
+//! of masters rounds of acquisition with release notices (`store/quorum/rounds`: no queue,
+//! there is no order across independent masters). The store decides what to send and what a
+//! reply means; every acquisition ends in an [`Outcome`]; a lock taken is [`Held`], ready for
+//! `run`'s supervisor or for printing its token. `status` draws where the wait stands.
 
-mod queue;
-mod quorum;
 mod status;
 
 use std::time::Duration;
 
-use crate::clock::BootInstant;
+use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::Session;
 use crate::duration;
-use crate::inbox::Worker;
+use crate::inbox::{Inbox, Incoming, Worker};
 use crate::lease::Confirmed;
-use crate::lock::{Holder, Identity, Lease, Lock, Mode, Replicas, Retention, Token};
-use crate::log::Log;
-use crate::signals::Signals;
+use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Retention, Token};
+use crate::signals::{self, Signals};
+#[cfg(doc)]
 use crate::store::Store;
 
-/// Takes `lock` as `ask` says, on whichever store the lock lives.
-pub(crate) fn take(
-    signals: &Signals,
-    store: &Store,
-    lock: &Lock,
-    ask: &Ask,
-    log: Log,
-) -> anyhow::Result<Outcome> {
-    match store {
-        Store::One(target) => queue::acquire(signals, target, lock, ask, log),
-        Store::Quorum(masters) => quorum::acquire(signals, masters, lock, ask, log),
+pub(crate) use status::{Place, Status};
+
+/// One store's acquisition of one lock, as a state machine on the main thread: its requests
+/// run on a worker and answer through the inbox the wait loop listens on ([`wait`]). The loop
+/// calls it with each reply and whenever the clock reaches [`Machine::wake_at`] (or the
+/// status line's redraw), and ends it at a terminating signal.
+pub(crate) trait Machine<'a> {
+    /// What its requests answer with.
+    type Reply: Send + 'static;
+    /// The wait it is part of: the inbox its requests answer through (the one the loop
+    /// listens on), the status line it feeds with what Redis said, the wait's end.
+    fn waiting(&mut self) -> &mut Waiting<'a, Self::Reply>;
+    /// Sends the first request.
+    fn start(&mut self) -> anyhow::Result<()>;
+    /// A reply came: the end, or `None` to go on.
+    fn on_reply(&mut self, reply: Self::Reply) -> anyhow::Result<Option<Ended>>;
+    /// The clock reached the machine's next instant (a pause over, a request overdue) or the
+    /// end of the wait: what ends a wait that ran out is the store's to say (the queue leaves
+    /// it, a quorum makes its last round).
+    fn on_time(&mut self) -> anyhow::Result<Option<Ended>>;
+    /// The next instant the machine must look at the clock, if any.
+    fn wake_at(&self) -> Option<BootInstant>;
+    /// The outcome of a machine that ended: the lock taken, or what was given up (bounded) and
+    /// who holds the lock.
+    fn conclude(self, ended: Ended) -> Outcome;
+    /// The error of a machine that failed, with what could not be cleaned up.
+    fn failed(&mut self, err: anyhow::Error) -> anyhow::Error;
+}
+
+/// How a machine ended.
+pub(crate) enum Ended {
+    /// Taken; `session`: the connection that took it (none in quorum mode).
+    Took {
+        lease: Lease,
+        confirmed: Confirmed,
+        session: Option<Session>,
+    },
+    /// Busy, not waiting or the wait is over: who held it at server time `now`. `stale`: from
+    /// an answer older than the wait's last moment (read again after giving up).
+    Busy {
+        holder: Option<Holder>,
+        now: u64,
+        stale: bool,
+    },
+    /// A terminating signal arrived while waiting.
+    Interrupted(i32),
+}
+
+/// The one wait loop: drives `machine` until it ends, a terminating signal ends it, or a
+/// worker panics; wakes it at its own instants and at the end of the wait, and redraws the
+/// status line when due.
+pub(crate) fn wait<'a, M: Machine<'a>>(mut machine: M) -> anyhow::Result<Outcome> {
+    if let Err(err) = machine.start() {
+        return Err(machine.failed(err));
+    }
+    loop {
+        let waiting = machine.waiting();
+        let mut at = BootInstant::now() + MAX_NAP;
+        for candidate in [waiting.deadline, waiting.status.redraw_at()]
+            .into_iter()
+            .flatten()
+            .chain(machine.wake_at())
+        {
+            at = at.min(candidate);
+        }
+        let step = match machine.waiting().inbox.next(at) {
+            Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
+                Ok(Some(Ended::Interrupted(signal)))
+            }
+            Some(Incoming::Reply(reply)) => machine.on_reply(reply),
+            Some(Incoming::Panicked(panic)) => Err(anyhow::anyhow!("a worker panicked: {panic}")),
+            Some(Incoming::Signal(_)) | None => machine.on_time(),
+        };
+        machine.waiting().status.redraw_if_due();
+        match step {
+            Ok(None) => {}
+            Ok(Some(ended)) => return Ok(machine.conclude(ended)),
+            Err(err) => return Err(machine.failed(err)),
+        }
+    }
+}
+
+/// What a wait for one lock is made of, kept by the store's machine that the loop drives.
+pub(crate) struct Waiting<'a, R> {
+    /// Where the machine's requests answer, and signals arrive.
+    pub(crate) inbox: Inbox<'a, R>,
+    /// Where the wait stands, on stderr.
+    pub(crate) status: Status<'a>,
+    /// When `--wait` runs out (`None`: no wait, or one without end).
+    pub(crate) deadline: Option<BootInstant>,
+}
+
+impl<'a, R> Waiting<'a, R> {
+    /// A wait for lock `name` as `ask` says, starting now.
+    pub(crate) fn new(
+        signals: &'a Signals,
+        name: &'a str,
+        ask: &Ask,
+        log: crate::log::Log,
+    ) -> anyhow::Result<Self> {
+        let deadline = ask.wait.deadline();
+        Ok(Self {
+            inbox: Inbox::new(signals)?,
+            status: Status::new(name, log, deadline, ask.progress_every),
+            deadline,
+        })
+    }
+
+    /// Whether the wait has run out.
+    pub(crate) fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|at| BootInstant::now() >= at)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Where a wait stands, on stderr: one line redrawn in place on a terminal, or a line now and
-//! then in a log (CI). Fed by the queue's state machine with what Redis last said.
+//! then in a log (CI). Fed by the store's acquisition (the queue's state machine, a quorum's
+//! rounds) with what Redis last said.
 
 use std::io::IsTerminal as _;
 use std::time::Duration;
@@ -11,19 +12,20 @@ use crate::log::{Log, printable, shown};
 
 /// Where a waiter stands, as last reported by Redis.
 #[derive(Debug, Clone)]
-pub(super) struct Place {
-    pub(super) holder: Option<Holder>,
+pub(crate) struct Place {
+    pub(crate) holder: Option<Holder>,
     /// Server time of the report (Unix ms).
-    pub(super) now: u64,
-    pub(super) position: usize,
-    pub(super) length: usize,
-    pub(super) received: BootInstant,
+    pub(crate) now: u64,
+    /// The place in the queue and its length; a length of 0: no queue (quorum mode).
+    pub(crate) position: usize,
+    pub(crate) length: usize,
+    pub(crate) received: BootInstant,
 }
 
 /// Where the wait stands, on stderr: on a terminal one line redrawn in place (fitted to the
 /// terminal's width), otherwise (a CI log) a line when waiting starts and one every
 /// `progress_every`, with current figures. Silenced by `-q`.
-pub(super) struct Status<'a> {
+pub(crate) struct Status<'a> {
     key: &'a str,
     log: Log,
     terminal: bool,
@@ -37,7 +39,7 @@ pub(super) struct Status<'a> {
 }
 
 impl<'a> Status<'a> {
-    pub(super) fn new(
+    pub(crate) fn new(
         key: &'a str,
         log: Log,
         deadline: Option<BootInstant>,
@@ -59,7 +61,7 @@ impl<'a> Status<'a> {
     /// A request failed for want of Redis (`why`). The warning of the first failure is the
     /// first line; from then on each line says for how long Redis has been unreachable, and
     /// how much longer the wait tries.
-    pub(super) fn unreachable(&mut self, why: String) {
+    pub(crate) fn unreachable(&mut self, why: String) {
         let now = BootInstant::now();
         let since = self.unreachable.take().map_or(now, |(since, _)| since);
         self.unreachable = Some((since, why));
@@ -67,7 +69,7 @@ impl<'a> Status<'a> {
     }
 
     /// Redis answered again.
-    pub(super) fn reachable(&mut self) {
+    pub(crate) fn reachable(&mut self) {
         self.unreachable = None;
     }
 
@@ -97,6 +99,11 @@ impl<'a> Status<'a> {
         match (&pieces.holder, &pieces.place) {
             (Some(holder), Some(place)) => format!(
                 "waiting for lock '{key}': {}; {place}; {waited}",
+                holder.describe(false)
+            ),
+            // (No queue: quorum mode.)
+            (Some(holder), None) => format!(
+                "waiting for lock '{key}': {}; {waited}",
                 holder.describe(false)
             ),
             _ => format!("waiting for lock '{key}'; {waited}"),
@@ -175,6 +182,7 @@ impl<'a> Status<'a> {
             place: self
                 .place
                 .as_ref()
+                .filter(|place| place.length > 0)
                 .map(|place| format!("position {} of {}", place.position, place.length)),
             waited: duration::display(now.since(self.started)),
             left: self
@@ -184,7 +192,7 @@ impl<'a> Status<'a> {
     }
 
     /// A refresh's news: the same wait, another place in the queue.
-    pub(super) fn moved(&mut self, position: usize, length: usize) {
+    pub(crate) fn moved(&mut self, position: usize, length: usize) {
         self.unreachable = None;
         if let Some(place) = &mut self.place {
             place.position = position;
@@ -192,7 +200,7 @@ impl<'a> Status<'a> {
         }
     }
 
-    pub(super) fn update(&mut self, place: Place) {
+    pub(crate) fn update(&mut self, place: Place) {
         self.unreachable = None;
         let first = self.place.is_none();
         self.place = Some(place);
@@ -203,7 +211,7 @@ impl<'a> Status<'a> {
 
     /// When the terminal's line is next redrawn (every second), or the next progress line is
     /// due; `None` when nothing is shown.
-    pub(super) fn redraw_at(&self) -> Option<BootInstant> {
+    pub(crate) fn redraw_at(&self) -> Option<BootInstant> {
         let every = if self.terminal {
             Some(Duration::from_secs(1))
         } else {
@@ -212,7 +220,7 @@ impl<'a> Status<'a> {
         Some(self.drawn_at? + every?)
     }
 
-    pub(super) fn redraw_if_due(&mut self) {
+    pub(crate) fn redraw_if_due(&mut self) {
         if self.redraw_at().is_some_and(|at| BootInstant::now() >= at) {
             self.draw();
         }
@@ -232,13 +240,13 @@ impl<'a> Status<'a> {
         self.drawn_at = Some(BootInstant::now());
     }
 
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if self.terminal && self.drawn_at.take().is_some() {
             crate::log::redraw("");
         }
     }
 
-    pub(super) fn acquired(&mut self) {
+    pub(crate) fn acquired(&mut self) {
         if self.place.is_none() {
             return;
         }

@@ -103,7 +103,7 @@ impl Context {
 
     /// Takes the lock as `ask` says (`run`, `acquire`).
     fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
-        let taken = crate::acquire::take(signals, &self.store, lock, ask, self.log);
+        let taken = self.store.take(signals, lock, ask, self.log);
         // The scripts refuse a mode or limit that differs from the holders' ("the lock is a
         // semaphore of 2, not ...") knowing only keys: the line names the lock.
         taken.map_err(|err| {

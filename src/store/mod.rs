@@ -1,7 +1,8 @@
 //! Where locks live: one Redis (a server, a Sentinel-managed master or a Cluster), or several
 //! independent masters in quorum mode (`quorum`: the fan-out, the validity of a lease, the
-//! majority's verdict). Everything the commands do to a lock but acquiring it goes through
-//! [`Store`] (acquiring is `acquire::take`, built for each kind): renewals and releases,
+//! majority's verdict). Everything the commands do to a lock goes through [`Store`]: taking
+//! it (`take`: the store builds its acquisition, the queue's machine or a quorum's rounds,
+//! and the one wait loop of `acquire` drives it), renewals and releases,
 //! `inspect` (a [`View`]), `list` and `metrics` (one [`Listed`] however many masters),
 //! `history` and `check` (one history however many masters), `release --force`, the servers
 //! `doctor` examines, and the flags one kind refuses. The commands never ask which kind it is.
@@ -12,6 +13,7 @@ mod single;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::{self, Ask, Outcome, Waiting};
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail};
@@ -19,9 +21,8 @@ use crate::keys::{LockName, Prefix};
 use crate::lock::{HistoryEntry, Holder, LockState, Unreadable};
 use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Scope, Token, list};
 use crate::log::Log;
-pub(crate) use quorum::{
-    Attempt, OneRedisOnly, Quorum, QuorumView, Verdict, check_count, refusal, transient,
-};
+use crate::signals::Signals;
+pub(crate) use quorum::{OneRedisOnly, Quorum, QuorumView, Verdict, check_count, transient};
 
 /// How long a release may take.
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +97,28 @@ pub(crate) struct Forced {
 }
 
 impl Store {
+    /// Takes `lock` as `ask` says: at once, re-entering it, or waiting (the one wait loop,
+    /// `acquire::wait`, driving this store's acquisition).
+    pub(crate) fn take(
+        &self,
+        signals: &Signals,
+        lock: &Lock,
+        ask: &Ask,
+        log: Log,
+    ) -> anyhow::Result<Outcome> {
+        let name = lock.name.as_str();
+        match self {
+            Store::One(target) => {
+                let waiting = Waiting::new(signals, name, ask, log)?;
+                acquire::wait(single::Acquirer::new(waiting, target, lock, ask, log)?)
+            }
+            Store::Quorum(quorum) => {
+                let waiting = Waiting::new(signals, name, ask, log)?;
+                acquire::wait(quorum::Rounds::new(waiting, quorum, lock, ask, log)?)
+            }
+        }
+    }
+
     /// One Redis for one target, a quorum for several (each request bounded by
     /// `command_timeout` per master).
     pub(crate) fn new(mut targets: Vec<Target>, command_timeout: Duration) -> Self {

@@ -20,10 +20,12 @@ use crate::lock::{Acquisition, Ending, Holder, Lease, Lock, Queueing, Release, R
 mod fan_out;
 mod helpers;
 mod reads;
+mod rounds;
 
 use fan_out::{Master, WithContextOf};
 
 pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, refusal};
+pub(super) use rounds::Rounds;
 
 /// N independent masters (N odd, at least 3).
 pub(crate) struct Quorum {

@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use super::{Acquirer, Call, End, POLL_EVERY, Reply, ServerReading};
-use crate::acquire::status::Place;
-use crate::acquire::{Wait, backoff};
+use super::{Acquirer, Call, POLL_EVERY, Reply, ServerReading};
+use crate::acquire::{Ended, Place, Wait, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Session;
 use crate::duration;
@@ -20,13 +19,13 @@ use crate::log::printable;
 const HEAD_LOOK: Duration = Duration::from_millis(600);
 
 impl Acquirer<'_> {
-    pub(super) fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<End>> {
+    pub(super) fn on_answer(&mut self, reply: Reply) -> anyhow::Result<Option<Ended>> {
         self.reply_by = None;
         match reply {
             Reply::Called { sent, result } => match result {
                 Ok((acquisition, session)) => {
                     self.failures = None;
-                    self.status.reachable();
+                    self.waiting.status.reachable();
                     self.unsure = false;
                     self.queued =
                         matches!(acquisition, Acquisition::Busy { position, .. } if position > 0);
@@ -58,7 +57,7 @@ impl Acquirer<'_> {
         &mut self,
         sent: BootInstant,
         result: anyhow::Result<(Refreshed, Session)>,
-    ) -> anyhow::Result<Option<End>> {
+    ) -> anyhow::Result<Option<Ended>> {
         match result {
             Ok((
                 Refreshed::Queued {
@@ -70,7 +69,7 @@ impl Acquirer<'_> {
             )) => {
                 self.failures = None;
                 self.reading = Some(ServerReading { sent, now });
-                self.status.moved(position, length);
+                self.waiting.status.moved(position, length);
                 self.block(Some(session));
             }
             Ok((Refreshed::NotQueued { .. }, session)) => self.call(Call::Stay, Some(session)),
@@ -86,7 +85,7 @@ impl Acquirer<'_> {
         // UNBLOCKED in a failover or LOADING, pass: they go the way of a failed block.)
         if failure_of(&err) == Some(Failure::Auth) || format!("{err:#}").contains("unknown command")
         {
-            self.status.clear();
+            self.waiting.status.clear();
             self.log.warn(format_args!(
                 "{err:#}; looking at the lock every {} instead of waiting for a wake-up (allow BLPOP for prompt hand-overs)",
                 duration::display(POLL_EVERY)
@@ -118,7 +117,7 @@ impl Acquirer<'_> {
         sent: BootInstant,
         acquisition: Acquisition,
         session: Session,
-    ) -> anyhow::Result<Option<End>> {
+    ) -> anyhow::Result<Option<Ended>> {
         match acquisition {
             // Answered so late (a stall) that a good part of the lease may be gone before it
             // is used: `run` would refuse to start on it. While the wait lasts, one more call
@@ -142,10 +141,10 @@ impl Acquirer<'_> {
                 self.call(Call::Stay, Some(session));
                 Ok(None)
             }
-            Acquisition::Acquired(lease) => Ok(Some(End::Took {
+            Acquisition::Acquired(lease) => Ok(Some(Ended::Took {
                 lease,
                 confirmed: Confirmed::Sent(sent),
-                session,
+                session: Some(session),
             })),
             Acquisition::Busy {
                 holder,
@@ -207,10 +206,10 @@ impl Acquirer<'_> {
         session: Session,
         place: Place,
         hint: Duration,
-    ) -> Option<End> {
+    ) -> Option<Ended> {
         self.last_busy = Some((place.holder.clone(), place.now, sent));
         if self.ask.wait == Wait::No || self.past_deadline() {
-            return Some(End::Busy {
+            return Some(Ended::Busy {
                 holder: place.holder,
                 now: place.now,
                 stale: false,
@@ -221,13 +220,13 @@ impl Acquirer<'_> {
             now: place.now,
         });
         self.look_at = sent + hint + Duration::from_millis(10);
-        self.status.update(place);
+        self.waiting.status.update(place);
         crate::failpoint::hit("queued");
         self.block(Some(session));
         None
     }
 
-    pub(super) fn on_woken(&mut self, woken: Option<Wake>, session: Session) -> Option<End> {
+    pub(super) fn on_woken(&mut self, woken: Option<Wake>, session: Session) -> Option<Ended> {
         let Some(reading) = self.reading else {
             self.call(Call::Stay, Some(session));
             return None;
@@ -242,7 +241,7 @@ impl Acquirer<'_> {
                 // With less than half of it left (this process was stopped or slow), the script
                 // call below claims it, or finds it lapsed and re-queues.
                 if until > BootInstant::now() + grant / 2 {
-                    return Some(End::Took {
+                    return Some(Ended::Took {
                         lease: Lease {
                             token: self.waiter.token.clone(),
                             fence,
@@ -252,7 +251,7 @@ impl Acquirer<'_> {
                             length: grant,
                             until,
                         },
-                        session,
+                        session: Some(session),
                     });
                 }
                 self.call(Call::Stay, Some(session));
@@ -273,7 +272,7 @@ impl Acquirer<'_> {
                 let now = holder
                     .as_ref()
                     .map_or(expires, |holder| holder.exp.saturating_sub(holder.ttl));
-                self.status.update(Place {
+                self.waiting.status.update(Place {
                     holder,
                     now,
                     position: 1,

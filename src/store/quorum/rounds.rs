@@ -1,30 +1,29 @@
 //! Taking a lock in quorum mode (`quorum`), waiting as `--wait` says. There is no queue across
 //! independent masters, so no FIFO order: a waiter makes one acquisition round, and when the
-//! lock is busy it blocks until a release is published on any master (a Pub/Sub listener per
+//! lock is busy it waits until a release is published on any master (a Pub/Sub listener per
 //! master) or until the holders' leases can have ended, whichever comes first, then tries
 //! again after a random pause that doubles while rounds keep failing, so that waiters that
-//! split the vote between them stop colliding. Like the queue, the main thread never blocks on
-//! Redis: rounds run on a worker, and a signal ends the wait at once (the round in flight is
-//! given up on every master, within a bound).
+//! split the vote between them stop colliding. [`Rounds`] is the state machine the one wait
+//! loop (`acquire::wait`) drives: rounds run on a worker, and a signal ends the wait at once
+//! (the round in flight is given up on every master, within a bound).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::clock::{BootInstant, MAX_NAP};
+use crate::acquire::{Ask, Ended, Held, Machine, Outcome, Place, Wait, Waiting, backoff};
+use crate::clock::BootInstant;
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
-use crate::inbox::{Inbox, Incoming, Reporter, Worker};
+use crate::inbox::{Reporter, Worker};
 use crate::lease::{Confirmed, HASTY_RELEASE};
 use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
-use crate::signals::{self, Signals};
-use crate::store::{Attempt, OneRedisOnly, Quorum, transient};
 
-use super::{Ask, Held, Outcome, Wait, backoff};
+use super::{Attempt, OneRedisOnly, Quorum, refusal, transient};
 
-/// What the main thread hears while waiting.
-enum Event {
+/// What the wait loop hears while waiting.
+pub(crate) enum Event {
     /// An acquisition round ended.
     Round(Box<Attempt>),
     /// A release was published on one of the masters.
@@ -51,83 +50,163 @@ fn spread(rounds: u32) -> Duration {
     cap * u32::try_from(random).unwrap_or(0) / 1000
 }
 
-/// Takes the lock on a majority of `quorum`'s masters, waiting as `ask` says.
-pub(crate) fn acquire(
-    signals: &Signals,
-    quorum: &Arc<Quorum>,
-    lock: &Lock,
-    ask: &Ask,
-    log: Log,
-) -> anyhow::Result<Outcome> {
-    if let Mode::Semaphore(_) = ask.mode {
-        return Err(fail(
-            Failure::Usage,
-            crate::store::refusal(OneRedisOnly::Limit),
-        ));
-    }
-    let mut rounds = Rounds {
-        inbox: Inbox::new(signals)?,
-        worker: Worker::start("quorum")?,
-        quorum,
-        lock,
-        ask,
-        log,
-        deadline: ask.wait.deadline(),
-        reenter: ask.reenter.clone(),
-        listeners: None,
-        failed_rounds: 0,
-        busy_rounds: 0,
-    };
-    loop {
-        let token = rounds.reenter.clone().unwrap_or_else(Token::generate);
-        rounds.send(&token);
-        let (attempt, announced) = match rounds.answer(token)? {
-            Heard::Answer(attempt, announced) => (attempt, announced),
-            Heard::Signal(signal) => return Ok(Outcome::Interrupted(signal)),
-        };
-        let pause = match rounds.on_attempt(*attempt, announced)? {
-            Next::Took { lease, sent } => {
-                return Ok(Outcome::Acquired(Held {
-                    lease,
-                    confirmed: Confirmed::Sent(sent),
-                    answered: BootInstant::now(),
-                    session: None,
-                    worker: rounds.worker,
-                }));
-            }
-            Next::Done(outcome) => return Ok(outcome),
-            Next::Again => continue,
-            Next::After(pause) => pause,
-        };
-        if let Some(signal) = rounds.sleep(pause)? {
-            return Ok(Outcome::Interrupted(signal));
-        }
-    }
-}
-
 /// The rounds of one quorum acquisition (a state machine on the main thread; the rounds run
 /// on a worker).
-struct Rounds<'a> {
-    inbox: Inbox<'a, Event>,
+pub(crate) struct Rounds<'a> {
+    waiting: Waiting<'a, Event>,
     worker: Worker,
     quorum: &'a Arc<Quorum>,
     lock: &'a Lock,
     ask: &'a Ask,
     log: Log,
-    deadline: Option<BootInstant>,
     /// The token of an enclosing invocation, while it may still hold the lock.
     reenter: Option<Token>,
     /// Started at the first busy round.
     listeners: Option<Listeners>,
     failed_rounds: u32,
     busy_rounds: u32,
+    /// The token of the round out, if one is.
+    out: Option<Token>,
+    /// A release was announced while the round was out: one the round may not have seen.
+    announced: bool,
+    /// The next round goes out then (a pause after a busy or failed round).
+    next_round_at: Option<BootInstant>,
 }
 
-/// What the main thread heard while a round was out.
-enum Heard {
-    /// The round's answer, and whether a release was announced meanwhile.
-    Answer(Box<Attempt>, bool),
-    Signal(i32),
+impl<'a> Rounds<'a> {
+    /// Rounds for `lock` on `quorum`'s masters, as `ask` says, within `waiting`.
+    pub(crate) fn new(
+        waiting: Waiting<'a, Event>,
+        quorum: &'a Arc<Quorum>,
+        lock: &'a Lock,
+        ask: &'a Ask,
+        log: Log,
+    ) -> anyhow::Result<Self> {
+        if let Mode::Semaphore(_) = ask.mode {
+            return Err(fail(Failure::Usage, refusal(OneRedisOnly::Limit)));
+        }
+        Ok(Self {
+            waiting,
+            worker: Worker::start("quorum")?,
+            quorum,
+            lock,
+            ask,
+            log,
+            reenter: ask.reenter.clone(),
+            listeners: None,
+            failed_rounds: 0,
+            busy_rounds: 0,
+            out: None,
+            announced: false,
+            next_round_at: None,
+        })
+    }
+}
+
+impl<'a> Machine<'a> for Rounds<'a> {
+    type Reply = Event;
+
+    fn waiting(&mut self) -> &mut Waiting<'a, Event> {
+        &mut self.waiting
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.send();
+        Ok(())
+    }
+
+    fn on_reply(&mut self, event: Event) -> anyhow::Result<Option<Ended>> {
+        match event {
+            Event::Round(attempt) => {
+                self.out = None;
+                let announced = std::mem::take(&mut self.announced);
+                match self.on_attempt(*attempt, announced)? {
+                    Next::Took { lease, sent } => Ok(Some(Ended::Took {
+                        lease,
+                        confirmed: Confirmed::Sent(sent),
+                        session: None,
+                    })),
+                    Next::Done(ended) => Ok(Some(ended)),
+                    Next::Again => {
+                        self.send();
+                        Ok(None)
+                    }
+                    Next::After(pause) => {
+                        let mut at = BootInstant::now() + pause;
+                        if let Some(deadline) = self.waiting.deadline {
+                            at = at.min(deadline);
+                        }
+                        self.next_round_at = Some(at);
+                        Ok(None)
+                    }
+                }
+            }
+            Event::Released => {
+                // Out: the round may not have seen it. Pausing: a short random pause first.
+                if self.out.is_some() {
+                    self.announced = true;
+                } else if let Some(at) = self.next_round_at {
+                    self.next_round_at =
+                        Some(at.min(BootInstant::now() + spread(self.busy_rounds)));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
+        // (A round that ends past the wait's end reports it busy: the last round goes out at
+        // the end of the wait at the latest.)
+        if self
+            .next_round_at
+            .take_if(|at| BootInstant::now() >= *at)
+            .is_some()
+        {
+            self.send();
+        }
+        Ok(None)
+    }
+
+    fn wake_at(&self) -> Option<BootInstant> {
+        self.next_round_at
+    }
+
+    fn conclude(mut self, ended: Ended) -> Outcome {
+        self.listeners = None;
+        match ended {
+            Ended::Took {
+                lease, confirmed, ..
+            } => {
+                self.waiting.status.acquired();
+                Outcome::Acquired(Held {
+                    lease,
+                    confirmed,
+                    answered: BootInstant::now(),
+                    session: None,
+                    worker: self.worker,
+                })
+            }
+            Ended::Busy { holder, now, .. } => {
+                self.waiting.status.clear();
+                Outcome::Busy { holder, now }
+            }
+            Ended::Interrupted(signal) => {
+                self.waiting.status.clear();
+                // The round out may have taken the lock (a re-entry takes nothing new).
+                if let Some(token) = self.out.take()
+                    && self.reenter.is_none()
+                {
+                    give_up(self.quorum, self.lock, token);
+                }
+                Outcome::Interrupted(signal)
+            }
+        }
+    }
+
+    fn failed(&mut self, err: anyhow::Error) -> anyhow::Error {
+        self.waiting.status.clear();
+        err
+    }
 }
 
 /// What follows a round.
@@ -137,7 +216,7 @@ enum Next {
         lease: Lease,
         sent: BootInstant,
     },
-    Done(Outcome),
+    Done(Ended),
     /// Another round at once.
     Again,
     /// Another round after this pause (or a release notice).
@@ -145,16 +224,14 @@ enum Next {
 }
 
 impl Rounds<'_> {
-    /// Sends one acquisition round for `token` to the worker.
-    fn send(&self, token: &Token) {
-        let (quorum, lock, token, ask) = (
-            Arc::clone(self.quorum),
-            self.lock.clone(),
-            token.clone(),
-            self.ask.clone(),
-        );
+    /// Sends one acquisition round to the worker: of the enclosing invocation's token, while
+    /// it may hold the lock, else of a new one.
+    fn send(&mut self) {
+        let token = self.reenter.clone().unwrap_or_else(Token::generate);
+        self.out = Some(token.clone());
+        let (quorum, lock, ask) = (Arc::clone(self.quorum), self.lock.clone(), self.ask.clone());
         let reentering = self.reenter.is_some();
-        self.worker.run(&self.inbox.reporter(), move || {
+        self.worker.run(&self.waiting.inbox.reporter(), move || {
             Event::Round(Box::new(quorum.try_acquire(
                 &lock,
                 &Request {
@@ -170,35 +247,8 @@ impl Rounds<'_> {
         });
     }
 
-    /// Waits for the round's answer. On a terminating signal the round is given up on every
-    /// master (it may have taken the lock), unless it was a re-entry.
-    fn answer(&self, token: Token) -> anyhow::Result<Heard> {
-        // A release announced while the round is out may be one the round did not see.
-        let mut announced = false;
-        loop {
-            match self.inbox.next(BootInstant::now() + MAX_NAP) {
-                Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                    if self.reenter.is_none() {
-                        give_up(self.quorum, self.lock, token);
-                    }
-                    return Ok(Heard::Signal(signal));
-                }
-                Some(Incoming::Reply(Event::Round(attempt))) => {
-                    return Ok(Heard::Answer(attempt, announced));
-                }
-                Some(Incoming::Panicked(panic)) => {
-                    anyhow::bail!("an acquisition round panicked: {panic}")
-                }
-                Some(Incoming::Reply(Event::Released)) => announced = true,
-                Some(Incoming::Signal(_)) | None => {}
-            }
-        }
-    }
-
     fn on_attempt(&mut self, attempt: Attempt, announced: bool) -> anyhow::Result<Next> {
-        let past_deadline = self
-            .deadline
-            .is_some_and(|deadline| BootInstant::now() >= deadline);
+        let past_deadline = self.waiting.past_deadline();
         match attempt {
             Attempt::Acquired { lease, sent } => {
                 self.listeners = None;
@@ -218,16 +268,31 @@ impl Rounds<'_> {
                     return Err(err);
                 }
                 self.failed_rounds += 1;
+                self.waiting.status.clear();
                 self.log.warn(format_args!("{err:#}; trying again"));
+                self.waiting.status.unreachable(format!("{err:#}"));
                 Ok(Next::After(backoff(self.failed_rounds)))
             }
             Attempt::Busy { holder, now, hint } => {
                 self.failed_rounds = 0;
                 self.busy_rounds += 1;
                 if self.ask.wait == Wait::No || past_deadline {
-                    return Ok(Next::Done(Outcome::Busy { holder, now }));
+                    return Ok(Next::Done(Ended::Busy {
+                        holder,
+                        now,
+                        stale: false,
+                    }));
                 }
-                Ok(Next::After(self.pause_when_busy(hint, announced)))
+                let pause = self.pause_when_busy(hint, announced);
+                // No queue, no place in it: who holds the lock, and how long the wait lasts.
+                self.waiting.status.update(Place {
+                    holder,
+                    now,
+                    position: 0,
+                    length: 0,
+                    received: BootInstant::now(),
+                });
+                Ok(Next::After(pause))
             }
         }
     }
@@ -251,7 +316,7 @@ impl Rounds<'_> {
                 self.listeners = Some(Listeners::start(
                     self.quorum,
                     &self.lock.released_channel(),
-                    &self.inbox.reporter(),
+                    &self.waiting.inbox.reporter(),
                 ));
                 FIRST_LOOK_AFTER_LISTENING
             }
@@ -260,32 +325,6 @@ impl Rounds<'_> {
             spread(self.busy_rounds)
         } else {
             hint.min(cap) + spread(self.busy_rounds)
-        }
-    }
-
-    /// Sleeps until the pause ends, a release is published, a signal comes, or the wait is
-    /// over; after a release, a short random pause first. Returns a terminating signal.
-    fn sleep(&self, pause: Duration) -> anyhow::Result<Option<i32>> {
-        let mut until = BootInstant::now() + pause;
-        if let Some(deadline) = self.deadline {
-            until = until.min(deadline);
-        }
-        loop {
-            match self.inbox.next(until) {
-                Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                    return Ok(Some(signal));
-                }
-                Some(Incoming::Reply(Event::Released)) => {
-                    until = until.min(BootInstant::now() + spread(self.busy_rounds));
-                }
-                Some(Incoming::Panicked(panic)) => {
-                    anyhow::bail!("a release listener panicked: {panic}")
-                }
-                Some(Incoming::Reply(Event::Round(_)) | Incoming::Signal(_)) | None => {}
-            }
-            if BootInstant::now() >= until {
-                return Ok(None);
-            }
         }
     }
 }

@@ -16,9 +16,9 @@
 //! of this waiter: the server read its clock (`now`) after the call was sent, so a server time
 //! `t` cannot come before `sent + (t - now)`, less 1% + 2 ms for the clocks' rates.
 //!
-//! [`acquire`] is a state machine on the main thread: every request runs on a worker (one
-//! connection, see `inbox`), and the main thread meanwhile listens for signals, the end of the
-//! wait and the status line's redraws. A terminating signal or the end of the wait leaves the
+//! [`Acquirer`] is a state machine on the main thread, driven by the one wait loop
+//! (`acquire::wait`): every request runs on a worker (one connection, see `inbox`), and the
+//! loop meanwhile listens for signals, the end of the wait and the status line's redraws. A terminating signal or the end of the wait leaves the
 //! queue (giving back a lock handed over in the meantime) at once, whatever Redis is doing.
 //! While waiting, a failed request is retried, with a growing pause, until the wait runs out.
 //! This file holds the machine and its clock; `events` its reactions to replies, `requests`
@@ -26,69 +26,22 @@
 
 use std::time::Duration;
 
-use crate::clock::{BootInstant, MAX_NAP};
+use crate::acquire::{Ask, Ended, Held, Machine, Outcome, Wait, Waiting, backoff};
+use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Failure, fail, failure_of};
-use crate::inbox::{Inbox, Incoming, Worker};
-use crate::lease::Confirmed;
-use crate::lock::{Acquisition, Holder, Lease, Lock, QUEUE_ENTRY_TTL, Refreshed, Waiter, Wake};
+use crate::inbox::Worker;
+use crate::lock::{Acquisition, Holder, Lock, QUEUE_ENTRY_TTL, Refreshed, Waiter, Wake};
 use crate::log::Log;
-use crate::signals::{self, Signals};
-
-use super::status::Status;
-use super::{Ask, Held, Outcome, Wait, backoff};
 
 mod events;
 mod requests;
 
-/// Takes the lock, re-entering it or waiting in its queue as `ask` says.
-pub(crate) fn acquire(
-    signals: &Signals,
-    target: &Target,
-    lock: &Lock,
-    ask: &Ask,
-    log: Log,
-) -> anyhow::Result<Outcome> {
-    let mut acquirer = Acquirer::new(Inbox::new(signals)?, target, lock, ask, log)?;
-    acquirer.start();
-    loop {
-        let step = match acquirer.inbox.next(acquirer.wake_at()) {
-            Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                Ok(Some(End::Interrupted(signal)))
-            }
-            Some(Incoming::Reply(reply)) => acquirer.on_reply(reply),
-            Some(Incoming::Panicked(panic)) => Err(anyhow::anyhow!("a worker panicked: {panic}")),
-            Some(Incoming::Signal(_)) | None => acquirer.on_time(),
-        };
-        match step {
-            Ok(None) => {}
-            Ok(Some(end)) => return Ok(acquirer.conclude(end)),
-            Err(err) => return Err(acquirer.failed(err)),
-        }
-    }
-}
-
-/// How the state machine ended.
-enum End {
-    Took {
-        lease: Lease,
-        confirmed: Confirmed,
-        session: Session,
-    },
-    Busy {
-        holder: Option<Holder>,
-        now: u64,
-        /// From an earlier answer than the last moment of the wait.
-        stale: bool,
-    },
-    Interrupted(i32),
-}
-
 /// A worker's reply.
 // (One per round trip, moved once through a channel: its size does not matter.)
 #[allow(clippy::large_enum_variant)]
-enum Reply {
+pub(crate) enum Reply {
     /// A call of the acquire script, sent at `sent`.
     Called {
         sent: BootInstant,
@@ -154,15 +107,15 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 /// in.
 const GIVE_UP_STEP: Duration = Duration::from_millis(400);
 
-struct Acquirer<'a> {
-    inbox: Inbox<'a, Reply>,
+/// One waiter's way through the lock's queue (see the top of this file).
+pub(crate) struct Acquirer<'a> {
+    waiting: Waiting<'a, Reply>,
     worker: Worker,
     target: &'a Target,
     lock: &'a Lock,
     ask: &'a Ask,
     log: Log,
     waiter: Waiter,
-    deadline: Option<BootInstant>,
     /// The first call re-enters the lock of the enclosing invocation.
     reentering: bool,
     /// The waiter's token has a place in the queue (or was handed the lock meanwhile).
@@ -195,18 +148,17 @@ struct Acquirer<'a> {
     session: Option<Session>,
     /// A request is in flight, and its reply is due by then at the latest.
     reply_by: Option<BootInstant>,
-    status: Status<'a>,
 }
 
 impl<'a> Acquirer<'a> {
-    fn new(
-        inbox: Inbox<'a, Reply>,
+    /// A waiter for `lock` on `target`, taking it as `ask` says within `waiting`.
+    pub(crate) fn new(
+        waiting: Waiting<'a, Reply>,
         target: &'a Target,
         lock: &'a Lock,
         ask: &'a Ask,
         log: Log,
     ) -> anyhow::Result<Self> {
-        let deadline = ask.wait.deadline();
         Ok(Self {
             worker: Worker::start("redis")?,
             target,
@@ -217,7 +169,6 @@ impl<'a> Acquirer<'a> {
                 claims: !ask.renews,
                 ..Waiter::new()
             },
-            deadline,
             reentering: ask.reenter.is_some(),
             queued: false,
             unsure: false,
@@ -232,30 +183,29 @@ impl<'a> Acquirer<'a> {
             holding: false,
             session: None,
             reply_by: None,
-            status: Status::new(lock.name.as_str(), log, deadline, ask.progress_every),
-            inbox,
+            waiting,
         })
     }
 
     /// The outcome of a machine that ended: the lock taken, or the queue left (bounded) and
     /// who holds the lock.
-    fn conclude(mut self, end: End) -> Outcome {
-        match end {
-            End::Took {
+    fn conclude_queue(mut self, ended: Ended) -> Outcome {
+        match ended {
+            Ended::Took {
                 lease,
                 confirmed,
                 session,
             } => {
-                self.status.acquired();
+                self.waiting.status.acquired();
                 Outcome::Acquired(Held {
                     lease,
                     confirmed,
                     answered: BootInstant::now(),
-                    session: Some(session),
+                    session,
                     worker: self.worker,
                 })
             }
-            End::Busy { holder, now, stale } => {
+            Ended::Busy { holder, now, stale } => {
                 if let Some(left) = self.give_up() {
                     self.log.warn(format_args!("{left}"));
                 }
@@ -267,7 +217,7 @@ impl<'a> Acquirer<'a> {
                 };
                 Outcome::Busy { holder, now }
             }
-            End::Interrupted(signal) => {
+            Ended::Interrupted(signal) => {
                 if let Some(left) = self.give_up() {
                     self.log.warn(format_args!("{left}"));
                 }
@@ -277,7 +227,7 @@ impl<'a> Acquirer<'a> {
     }
 
     /// The error of a machine that failed, with what could not be cleaned up in its one line.
-    fn failed(&mut self, err: anyhow::Error) -> anyhow::Error {
+    fn failed_queue(&mut self, err: anyhow::Error) -> anyhow::Error {
         match (self.give_up(), failure_of(&err)) {
             (Some(left), Some(failure)) => fail(failure, format!("{err:#}; {left}")),
             (Some(left), None) => {
@@ -288,7 +238,7 @@ impl<'a> Acquirer<'a> {
         }
     }
 
-    fn start(&mut self) {
+    fn start_queue(&mut self) {
         let call = if self.reentering {
             Call::Fail
         } else {
@@ -305,27 +255,18 @@ impl<'a> Acquirer<'a> {
         }
     }
 
-    /// The next instant the machine must look at the clock.
-    fn wake_at(&self) -> BootInstant {
-        let mut at = BootInstant::now() + MAX_NAP;
-        if let Some(deadline) = self.deadline {
-            at = at.min(deadline);
+    /// The next instant the machine must look at the clock (the loop adds the end of the wait
+    /// and the status line's redraws).
+    fn next_instant(&self) -> Option<BootInstant> {
+        match (self.call_at, self.reply_by) {
+            (Some(call_at), Some(reply_by)) => Some(call_at.min(reply_by)),
+            (at, None) | (None, at) => at,
         }
-        if let Some(call_at) = self.call_at {
-            at = at.min(call_at);
-        }
-        if let Some(reply_by) = self.reply_by {
-            at = at.min(reply_by);
-        }
-        if let Some(redraw_at) = self.status.redraw_at() {
-            at = at.min(redraw_at);
-        }
-        at
     }
 
     /// A request failed. Failing fast, or for any reason but an unreachable Redis, that is the
     /// end; while waiting, it is tried again until the wait runs out.
-    fn on_failure(&mut self, err: anyhow::Error) -> anyhow::Result<Option<End>> {
+    fn on_failure(&mut self, err: anyhow::Error) -> anyhow::Result<Option<Ended>> {
         let unreachable = failure_of(&err) == Some(Failure::Unavailable);
         if self.ask.wait == Wait::No || !unreachable || self.past_deadline() {
             return Err(err);
@@ -333,14 +274,14 @@ impl<'a> Acquirer<'a> {
         let count = self.failures.as_ref().map_or(0, |failures| failures.count) + 1;
         let pause = backoff(count);
         if count == 1 {
-            self.status.clear();
+            self.waiting.status.clear();
             self.log.warn(format_args!(
                 "{err:#}; retrying while the wait lasts (next in {})",
                 duration::display(pause)
             ));
         }
         // Said at every progress interval (every second on a terminal) until Redis answers.
-        self.status.unreachable(format!("{err:#}"));
+        self.waiting.status.unreachable(format!("{err:#}"));
         if count > 1 {
             self.log.step(format_args!(
                 "{err:#}; retrying in {}",
@@ -352,7 +293,7 @@ impl<'a> Acquirer<'a> {
         Ok(None)
     }
 
-    fn on_time(&mut self) -> anyhow::Result<Option<End>> {
+    fn on_clock(&mut self) -> anyhow::Result<Option<Ended>> {
         if self.reply_by.is_some_and(|by| BootInstant::now() >= by) {
             // The worker went quiet beyond every timeout it has (a name lookup that hangs):
             // abandon it with its request, and carry on with a fresh one.
@@ -387,7 +328,7 @@ impl<'a> Acquirer<'a> {
                 }
                 None => (None, 0),
             };
-            return Ok(Some(End::Busy {
+            return Ok(Some(Ended::Busy {
                 holder,
                 now,
                 stale: true,
@@ -408,11 +349,43 @@ impl<'a> Acquirer<'a> {
             let session = self.session.take();
             self.call(call, session);
         }
-        self.status.redraw_if_due();
         Ok(None)
     }
 
     fn past_deadline(&self) -> bool {
-        self.deadline.is_some_and(|at| BootInstant::now() >= at)
+        self.waiting.past_deadline()
+    }
+}
+
+impl<'a> Machine<'a> for Acquirer<'a> {
+    type Reply = Reply;
+
+    fn waiting(&mut self) -> &mut Waiting<'a, Reply> {
+        &mut self.waiting
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.start_queue();
+        Ok(())
+    }
+
+    fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<Ended>> {
+        self.on_answer(reply)
+    }
+
+    fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
+        self.on_clock()
+    }
+
+    fn wake_at(&self) -> Option<BootInstant> {
+        self.next_instant()
+    }
+
+    fn conclude(self, ended: Ended) -> Outcome {
+        self.conclude_queue(ended)
+    }
+
+    fn failed(&mut self, err: anyhow::Error) -> anyhow::Error {
+        self.failed_queue(err)
     }
 }

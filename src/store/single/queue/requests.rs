@@ -42,7 +42,7 @@ impl Acquirer<'_> {
             _ => waiter.token.clone(),
         };
         self.reply_by = Some(BootInstant::now() + self.target.request_bound());
-        self.worker.run(&self.inbox.reporter(), move || {
+        self.worker.run(&self.waiting.inbox.reporter(), move || {
             let mut sent = BootInstant::now();
             let request = Request {
                 token: &token,
@@ -84,7 +84,7 @@ impl Acquirer<'_> {
             return self.call(Call::Stay, session);
         };
         let mut until = self.look_at.min(reading.refresh_at());
-        if let Some(deadline) = self.deadline {
+        if let Some(deadline) = self.waiting.deadline {
             until = until.min(deadline);
         }
         if self.polling {
@@ -99,7 +99,7 @@ impl Acquirer<'_> {
         };
         let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
         self.reply_by = Some(BootInstant::now() + timeout + self.target.request_bound());
-        self.worker.run(&self.inbox.reporter(), move || {
+        self.worker.run(&self.waiting.inbox.reporter(), move || {
             let woken = lock.wait_for_wake(&mut session, &waiter, timeout);
             Reply::Woken(woken.map(|woken| (woken, session)))
         });
@@ -109,7 +109,7 @@ impl Acquirer<'_> {
     pub(super) fn refresh(&mut self, mut session: Session) {
         let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
         self.reply_by = Some(BootInstant::now() + self.target.request_bound());
-        self.worker.run(&self.inbox.reporter(), move || {
+        self.worker.run(&self.waiting.inbox.reporter(), move || {
             let sent = BootInstant::now();
             let result = lock
                 .refresh(&mut session, &waiter)
@@ -138,7 +138,7 @@ impl Acquirer<'_> {
     /// lock the abandoned request took at its lease, which is said.
     /// Returns what could not be cleaned up, for the caller to say once.
     pub(super) fn give_up(&mut self) -> Option<String> {
-        self.status.clear();
+        self.waiting.status.clear();
         if self.unsure {
             self.await_call_in_flight();
         }
@@ -174,7 +174,7 @@ impl Acquirer<'_> {
     /// that giving up need not leave a cancel mark for a request that has already run.
     fn await_call_in_flight(&mut self) {
         let until = BootInstant::now() + IN_FLIGHT_GRACE;
-        while let Some(incoming) = self.inbox.next(until) {
+        while let Some(incoming) = self.waiting.inbox.next(until) {
             let Incoming::Reply(Reply::Called { result, .. }) = incoming else {
                 continue;
             };

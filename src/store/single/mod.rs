@@ -12,6 +12,10 @@ use crate::log::{Log, printable};
 
 use super::ReleaseBound;
 
+mod queue;
+
+pub(super) use queue::Acquirer;
+
 /// The pause before a release is sent again: 50 ms, doubled each time up to 200 ms (a
 /// Cluster answers CLUSTERDOWN for a second or more while a master fails over; the sentinels
 /// name a new master a few seconds after the old one died). A connection found closed is
