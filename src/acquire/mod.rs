@@ -12,12 +12,12 @@ mod status;
 use std::time::Duration;
 
 use crate::clock::{BootInstant, MAX_NAP};
-use crate::conn::Session;
 use crate::duration;
 use crate::inbox::{Inbox, Incoming, Worker};
 use crate::lease::Confirmed;
 use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Retention, Token};
 use crate::signals::{self, Signals};
+use crate::store::Kept;
 #[cfg(doc)]
 use crate::store::Store;
 
@@ -52,11 +52,11 @@ pub(crate) trait Machine<'a> {
 
 /// How a machine ended.
 pub(crate) enum Ended {
-    /// Taken; `session`: the connection that took it (none in quorum mode).
+    /// Taken; `kept`: what the store keeps for the hold's renewals and release.
     Took {
         lease: Lease,
         confirmed: Confirmed,
-        session: Option<Session>,
+        kept: Kept,
     },
     /// Busy, not waiting or the wait is over: who held it at server time `now`. `stale`: from
     /// an answer older than the wait's last moment (read again after giving up).
@@ -201,8 +201,8 @@ pub(crate) struct Held {
     /// When the answer that took it was read: a lease that is nearly over by then was
     /// answered late (Redis stalled), one that is over only later was kept waiting by redlock.
     pub(crate) answered: BootInstant,
-    /// The connection that took it (none in quorum mode).
-    pub(crate) session: Option<Session>,
+    /// What the store keeps for its renewals and release (the connection that took it).
+    pub(crate) kept: Kept,
     pub(crate) worker: Worker,
 }
 

@@ -1,15 +1,12 @@
 //! `redlock acquire`: take a lock (waiting in its queue with --wait) and print its token.
 
-use std::time::Duration;
-
 use serde::Serialize;
 
-use super::{Context, ask, busy, keep_alive, lock_name, named, print_json, print_line};
-use crate::acquire::Outcome;
+use super::{Context, ask, keep_alive, lock_name, named, print_json, print_line};
 use crate::cli::AcquireArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
-use crate::lock::{Ending, Holder, Identity, Lease, Lock, ReleaseRequest};
+use crate::lock::{Holder, Identity, Lease, Lock};
 use crate::log::printable;
 use crate::signals::Signals;
 use crate::store::ReleaseBound;
@@ -57,20 +54,26 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         ACQUIRED_BY_CALLER,
     )?;
     ask.who.pid = nix::unistd::getppid().as_raw().unsigned_abs();
-    let held = match context.take(&signals, &lock, &ask)? {
-        Outcome::Busy { holder, now } => {
-            if args.json {
-                // A script that asked for JSON reads it whatever happened; the error line
-                // (and the exit status) still say busy. If stdout fails, that is secondary.
-                let _ = print_busy(&lock, holder.as_ref(), now);
-            }
-            return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
+    let taken = context.take(&signals, &lock, &ask, args.lock.wait, |holder, now| {
+        if args.json {
+            // A script that asked for JSON reads it whatever happened; the error line (and
+            // the exit status) still say busy. If stdout fails, that is secondary.
+            let _ = print_busy(&lock, holder, now);
         }
-        Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
-        Outcome::Acquired(held) => held,
+    })?;
+    let held = match taken {
+        Ok(held) => held,
+        Err(done) => return Ok(done),
     };
     crate::failpoint::hit("acquired");
-    let (lease, session) = (held.lease, held.session);
+    let (lease, session) = (held.lease, held.kept);
+    // A lock taken that cannot be used is given back at once, over the connection that took it.
+    let give_back = |session| {
+        let bound = ReleaseBound::answer_within(context.command_timeout);
+        context
+            .store
+            .give_back(&lock, session, &lease.token, bound, context.log)
+    };
     let keeper_pid = if args.keep_alive {
         let started = keep_alive::start(
             context,
@@ -84,7 +87,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         match started {
             Ok(pid) => Some(pid),
             Err(err) => {
-                give_back(context, &lock, session, &lease.token)?;
+                give_back(session)?;
                 return Err(err.context(format!("lock '{key}' released again")));
             }
         }
@@ -93,7 +96,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
     };
     // A token nobody can read is a lock nobody can release: give it back.
     if let Err(err) = print_token(&lock, &lease, keeper_pid, args.json) {
-        give_back(context, &lock, session, &lease.token)?;
+        give_back(session)?;
         return Err(err.context(format!("lock '{key}' released again")));
     }
     // A signal that came with the grant: the caller is gone, so is the lock.
@@ -101,7 +104,7 @@ pub(super) fn run(context: &Context, args: &AcquireArgs) -> anyhow::Result<Done>
         .read()
         .filter(|signal| crate::signals::terminates(*signal))
     {
-        give_back(context, &lock, session, &lease.token)?;
+        give_back(session)?;
         return Ok(Done::Interrupted(signal));
     }
     context.log.step(format_args!(
@@ -165,29 +168,6 @@ fn print_busy(lock: &Lock, holder: Option<&Holder>, now: u64) -> anyhow::Result<
             ttl_left_ms: holder.exp.saturating_sub(now),
         }),
     })?)
-}
-
-/// Releases a lock just taken, over the connection that took it.
-fn give_back(
-    context: &Context,
-    lock: &Lock,
-    session: Option<crate::conn::Session>,
-    token: &crate::lock::Token,
-) -> anyhow::Result<()> {
-    context
-        .store
-        .release(
-            lock,
-            session,
-            &ReleaseRequest {
-                token,
-                min_hold: Duration::ZERO,
-                ending: &Ending::default(),
-            },
-            ReleaseBound::answer_within(context.command_timeout),
-            context.log,
-        )
-        .map(drop)
 }
 
 /// `--while-pid`: the process must exist now, or the keeper would release the lock at once

@@ -5,7 +5,7 @@ use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::Replicas;
-use crate::store::OneRedisOnly;
+use crate::store::{Kept, OneRedisOnly, Renewal};
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(
@@ -21,14 +21,13 @@ pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> 
     let replicas = args
         .replicas
         .map(|count| Replicas::within(count, context.command_timeout));
-    let (extended, _) = context.store.extend(
-        &lock,
-        None,
-        &args.token,
-        args.ttl,
+    let renewal = Renewal {
+        token: &args.token,
+        ttl: args.ttl,
         replicas,
-        context.command_timeout,
-    )?;
+        timeout: context.command_timeout,
+    };
+    let (extended, _) = context.store.extend(&lock, Kept::default(), &renewal)?;
     if extended {
         context.log.step(format_args!(
             "extended '{key}' to {}",

@@ -23,11 +23,11 @@ mod request;
 
 use std::time::Duration;
 
-use crate::acquire::{Ask, Outcome};
+use crate::acquire::{Ask, Held, Outcome, Wait};
 use crate::cli::{Cli, Command};
 use crate::exit::{Done, Failure, Hint};
 use crate::keys::{LockName, Prefix};
-use crate::lock::Lock;
+use crate::lock::{Holder, Lock};
 use crate::log::Log;
 use crate::signals::{Inherited, Signals};
 use crate::store::Store;
@@ -101,20 +101,41 @@ impl Context {
         self.store.lock(&self.prefix, name)
     }
 
-    /// Takes the lock as `ask` says (`run`, `acquire`).
-    fn take(&self, signals: &Signals, lock: &Lock, ask: &Ask) -> anyhow::Result<Outcome> {
-        let taken = self.store.take(signals, lock, ask, self.log);
-        // The scripts refuse a mode or limit that differs from the holders' ("the lock is a
-        // semaphore of 2, not ...") knowing only keys: the line names the lock.
-        taken.map_err(|err| {
-            let mode_refused = crate::exit::failure_of(&err) == Some(Failure::Usage)
-                && err.to_string().starts_with("the lock is ");
-            if mode_refused {
-                err.context(format!("lock '{}'", lock.name.as_str()))
-            } else {
-                err
+    /// Takes the lock as `ask` says (`run`, `acquire`): the lock held, or how redlock ends
+    /// (a signal while waiting). Busy (not waiting, or the wait over) is the busy error, naming
+    /// who holds it and the `--wait` given (`run` queues again with what is left of it);
+    /// `on_busy` hears of it first (a script that asked for JSON reads it whatever happened).
+    fn take(
+        &self,
+        signals: &Signals,
+        lock: &Lock,
+        ask: &Ask,
+        given: Wait,
+        on_busy: impl FnOnce(Option<&Holder>, u64),
+    ) -> anyhow::Result<Result<Held, Done>> {
+        let taken = self
+            .store
+            .take(signals, lock, ask, self.log)
+            .map_err(|err| {
+                // The scripts refuse a mode or limit that differs from the holders' ("the lock is
+                // a semaphore of 2, not ...") knowing only keys: the line names the lock.
+                let mode_refused = crate::exit::failure_of(&err) == Some(Failure::Usage)
+                    && err.to_string().starts_with("the lock is ");
+                if mode_refused {
+                    err.context(format!("lock '{}'", lock.name.as_str()))
+                } else {
+                    err
+                }
+            })?;
+        match taken {
+            Outcome::Acquired(held) => Ok(Ok(held)),
+            Outcome::Interrupted(signal) => Ok(Err(Done::Interrupted(signal))),
+            Outcome::Busy { holder, now } => {
+                on_busy(holder.as_ref(), now);
+                let key = printable(lock.name.as_str());
+                Err(busy(&key, holder.as_ref(), now, given))
             }
-        })
+        }
     }
 }
 

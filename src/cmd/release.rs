@@ -6,7 +6,7 @@ use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Identity, Release, ReleaseRequest};
-use crate::store::{Forced, ReleaseBound};
+use crate::store::{Forced, Kept, ReleaseBound};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(
@@ -58,7 +58,7 @@ pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done>
     };
     let released = context.store.release(
         &lock,
-        None,
+        Kept::default(),
         &request,
         ReleaseBound::answer_within(context.command_timeout),
         context.log,

@@ -7,8 +7,8 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use super::request::quoted_words;
-use super::{Context, ask, busy, lock_name, named};
-use crate::acquire::{Ask, Held, Outcome, Wait};
+use super::{Context, ask, lock_name, named};
+use crate::acquire::{Ask, Held, Wait};
 use crate::cli::RunArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
@@ -121,12 +121,9 @@ pub(super) fn run(context: &Context, args: &RunArgs) -> anyhow::Result<Done> {
     };
     let wait_ends = ask.wait.deadline();
     loop {
-        let held = match context.take(&signals, &lock, &ask)? {
-            Outcome::Busy { holder, now } => {
-                return Err(busy(&key, holder.as_ref(), now, args.lock.wait));
-            }
-            Outcome::Interrupted(signal) => return Ok(Done::Interrupted(signal)),
-            Outcome::Acquired(held) => held,
+        let held = match context.take(&signals, &lock, &ask, args.lock.wait, |_, _| {})? {
+            Ok(held) => held,
+            Err(done) => return Ok(done),
         };
         crate::failpoint::hit("acquired");
         context.log.step(format_args!(

@@ -15,10 +15,10 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::duration;
 use crate::inbox::{Inbox, Incoming};
 use crate::lease::{Confirmed, HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
-use crate::lock::{Ending, Lock, ReleaseRequest, Token};
+use crate::lock::{Lock, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::{ReleaseBound, Store};
+use crate::store::{Kept, ReleaseBound, Store};
 
 /// How often `--while-pid` looks whether its process is still there.
 const PID_POLL: Duration = Duration::from_millis(250);
@@ -71,7 +71,7 @@ pub(crate) fn keep(
     // it, the acquisition's lease, which began before this process did: if no renewal gets
     // through by its end, keeping is over, not retried until --max-hold.
     let mut renewer =
-        Renewer::new(lease, Confirmed::Sent(BootInstant::now()), None).renew_at_once();
+        Renewer::new(lease, Confirmed::Sent(BootInstant::now()), Kept::default()).renew_at_once();
     loop {
         let now = BootInstant::now();
         if now >= keep.until {
@@ -129,17 +129,11 @@ pub(crate) fn keep(
 /// Token-checked release, bounded: the keeper is on its way out. One known not to have run is
 /// sent again until the lease, which ends at `lease_ends` at the earliest, would be gone anyway.
 fn release(store: &Store, lock: &Lock, token: &Token, lease_ends: BootInstant, log: Log) {
-    let request = ReleaseRequest {
-        token,
-        min_hold: Duration::ZERO,
-        ending: &Ending::default(),
-    };
     let bound = ReleaseBound {
         answer: HASTY_RELEASE,
         lease_ends: Some(lease_ends),
     };
-    let released = store.release(lock, None, &request, bound, log);
-    if let Err(err) = released {
+    if let Err(err) = store.give_back(lock, Kept::default(), token, bound, log) {
         log.warn(format_args!(
             "could not release lock '{}' ({err:#}); its lease runs out by itself",
             printable(lock.name.as_str())

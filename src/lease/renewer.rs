@@ -10,18 +10,17 @@
 use std::time::Duration;
 
 use crate::clock::BootInstant;
-use crate::conn::Session;
 use crate::exit::{Failure, failure_of};
 use crate::inbox::{Reporter, Worker};
 use crate::lease::{Confirmed, Plan, Window};
 use crate::lock::{Lock, Replicas, Token};
-use crate::store::Store;
+use crate::store::{Kept, Renewal, Store};
 
 /// A renewal's reply: sent at `sent`; whether the token still held the lock, and the connection
 /// to reuse.
 pub(crate) struct Renewed {
     pub(crate) sent: BootInstant,
-    pub(crate) result: anyhow::Result<(bool, Option<Session>)>,
+    pub(crate) result: anyhow::Result<(bool, Kept)>,
 }
 
 /// What a renewal's reply means for the lease.
@@ -41,7 +40,7 @@ pub(crate) enum Verdict {
 /// The next renewal.
 enum Next {
     /// Due at the window's `renew_at`, over this connection (or a fresh one).
-    Due(Option<Session>),
+    Due(Kept),
     /// Due again at this instant after a failure, over a fresh connection.
     Retry(BootInstant),
     InFlight,
@@ -71,7 +70,7 @@ pub(crate) struct Renewer<'a> {
 impl<'a> Renewer<'a> {
     /// A lease `confirmed` as given; the first renewal is due at its window's `renew_at`, over
     /// `session` when there is one.
-    pub(crate) fn new(lease: Lease<'a>, confirmed: Confirmed, session: Option<Session>) -> Self {
+    pub(crate) fn new(lease: Lease<'a>, confirmed: Confirmed, session: Kept) -> Self {
         Self {
             window: lease.plan.window(confirmed),
             lease,
@@ -119,7 +118,7 @@ impl<'a> Renewer<'a> {
         let now = BootInstant::now();
         let session = match std::mem::replace(&mut self.next, Next::InFlight) {
             Next::Due(session) if now >= self.window.renew_at => session,
-            Next::Retry(at) if now >= at => None,
+            Next::Retry(at) if now >= at => Kept::default(),
             not_due => {
                 self.next = not_due;
                 return None;
@@ -154,7 +153,13 @@ impl<'a> Renewer<'a> {
             .map(|count| Replicas::within(count, timeout));
         worker.run(reporter, move || {
             let sent = BootInstant::now();
-            let result = store.extend(&lock, session, &token, ttl, replicas, timeout);
+            let renewal = Renewal {
+                token: &token,
+                ttl,
+                replicas,
+                timeout,
+            };
+            let result = store.extend(&lock, session, &renewal);
             wrap(Renewed { sent, result })
         });
         self.worker = Some(worker);
@@ -191,11 +196,11 @@ impl<'a> Renewer<'a> {
     /// Stops renewing: the worker ends once a renewal in flight is answered (one that lands
     /// after a release finds the token gone and changes nothing). Returns the connection the
     /// renewals used when none is in flight on it, for the release.
-    pub(crate) fn stop(self) -> Option<Session> {
+    pub(crate) fn stop(self) -> Kept {
         drop(self.worker);
         match self.next {
             Next::Due(session) => session,
-            Next::Retry(_) | Next::InFlight => None,
+            Next::Retry(_) | Next::InFlight => Kept::default(),
         }
     }
 }

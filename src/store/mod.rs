@@ -18,11 +18,20 @@ use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail};
 use crate::keys::{LockName, Prefix};
+use crate::lock::{Ending, Lock, Release, ReleaseRequest, Replicas, Scope, Token, list};
 use crate::lock::{HistoryEntry, Holder, LockState, Unreadable};
-use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Scope, Token, list};
 use crate::log::Log;
 use crate::signals::Signals;
 pub(crate) use quorum::{OneRedisOnly, Quorum, QuorumView, Verdict, check_count, transient};
+
+/// A renewal: reset the lease of `token` to `ttl`, confirmed by `replicas` if asked, each
+/// request within `timeout`.
+pub(crate) struct Renewal<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+    pub(crate) replicas: Option<Replicas>,
+    pub(crate) timeout: Duration,
+}
 
 /// How long a release may take.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +61,12 @@ impl ReleaseBound {
             .map_or(timeout, |ends| timeout.min(ends.remaining()))
     }
 }
+
+/// What a store keeps between the requests of one hold: on one Redis the connection that took
+/// the lock (its renewals and its release reuse it: one connection per run), over a quorum
+/// nothing (each master's connection is the quorum's own). The commands only pass it on.
+#[derive(Default)]
+pub(crate) struct Kept(Option<Session>);
 
 /// One Redis, or a quorum of masters.
 #[derive(Clone)]
@@ -245,41 +260,37 @@ impl Store {
         })
     }
 
-    /// Resets the lease of `token` to `ttl`, within `timeout` (per master in quorum mode).
-    /// Returns whether it was confirmed, and the connection to reuse next time, if any.
+    /// Resets a lease as `renewal` says, within its timeout (per master in quorum mode), over
+    /// what the store kept. Returns whether it was confirmed, and what to keep for next time.
     pub(crate) fn extend(
         &self,
         lock: &Lock,
-        session: Option<Session>,
-        token: &Token,
-        ttl: Duration,
-        replicas: Option<Replicas>,
-        timeout: Duration,
-    ) -> anyhow::Result<(bool, Option<Session>)> {
+        kept: Kept,
+        renewal: &Renewal<'_>,
+    ) -> anyhow::Result<(bool, Kept)> {
         match self {
-            Store::One(target) => {
-                single::extend(target, lock, session, token, ttl, replicas, timeout)
-            }
+            Store::One(target) => single::extend(target, lock, kept.0, renewal)
+                .map(|(extended, session)| (extended, Kept(session))),
             Store::Quorum(quorum) => quorum
-                .extend(lock, token, ttl, timeout)
-                .map(|extended| (extended, None)),
+                .extend(lock, renewal.token, renewal.ttl, renewal.timeout)
+                .map(|extended| (extended, Kept::default())),
         }
     }
 
     /// Token-checked release (or keep for the minimum hold) within `bound`: with one Redis,
-    /// over `session` if given, and sent again while it is known not to have run (see
+    /// over what it kept if anything, and sent again while it is known not to have run (see
     /// `single::release`); in quorum mode, on every master at once, each given `bound.answer`.
     /// It returns within [`Self::release_within`].
     pub(crate) fn release(
         &self,
         lock: &Lock,
-        session: Option<Session>,
+        kept: Kept,
         request: &ReleaseRequest<'_>,
         bound: ReleaseBound,
         log: Log,
     ) -> anyhow::Result<Release> {
         match self {
-            Store::One(target) => single::release(target, lock, session, request, bound, log),
+            Store::One(target) => single::release(target, lock, kept.0, request, bound, log),
             Store::Quorum(quorum) => quorum.release(
                 lock,
                 request.token,
@@ -288,6 +299,25 @@ impl Store {
                 bound.answer,
             ),
         }
+    }
+
+    /// Gives back at once what `token` holds, within `bound`: no minimum hold, no ending to
+    /// record (a lock taken that cannot be used: its token could not be printed, its keeper
+    /// not started, or the keeper is on its way out), over what the store kept.
+    pub(crate) fn give_back(
+        &self,
+        lock: &Lock,
+        kept: Kept,
+        token: &Token,
+        bound: ReleaseBound,
+        log: Log,
+    ) -> anyhow::Result<()> {
+        let request = ReleaseRequest {
+            token,
+            min_hold: Duration::ZERO,
+            ending: &Ending::default(),
+        };
+        self.release(lock, kept, &request, bound, log).map(drop)
     }
 
     /// The longest [`Self::release`] takes within `bound`.

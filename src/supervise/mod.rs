@@ -35,7 +35,6 @@ pub(crate) use namespace::run as pid_namespace_init;
 
 use crate::acquire::Held;
 use crate::clock::{BootInstant, MAX_NAP};
-use crate::conn::Session;
 use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
 use crate::inbox::{Inbox, Incoming, Worker};
@@ -43,6 +42,7 @@ use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
+use crate::store::Kept;
 use crate::store::{ReleaseBound, Store};
 use release::{FINAL_RELEASE, FinalRelease};
 use start::{Started, spawn_failure, start};
@@ -100,7 +100,7 @@ pub(crate) fn supervise(
         lease,
         confirmed,
         answered,
-        session,
+        kept: session,
         worker,
     } = held;
     let inbox = Inbox::new(signals)?;

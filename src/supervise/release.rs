@@ -32,7 +32,7 @@ impl FinalRelease<'_> {
     /// sat idle for the whole run: if it was closed, a fresh one is tried.
     pub(super) fn release(
         &self,
-        session: Option<Session>,
+        session: Kept,
         min_hold: Duration,
         bound: ReleaseBound,
         status: Option<ChildStatus>,

@@ -8,7 +8,7 @@ use super::*;
 /// Whether the command was started.
 pub(super) enum Started {
     /// Running; the lease's connection passed on to the renewals.
-    Running(Child, Option<Session>),
+    Running(Child, Kept),
     /// Not started (a signal came first); the lock was released.
     Interrupted(Done),
     /// Not started: the lease was about to lapse; the lock was released.
@@ -23,7 +23,7 @@ pub(super) fn start(
     job: &Job,
     signals: &Signals,
     ending: &FinalRelease<'_>,
-    session: Option<Session>,
+    session: Kept,
     (answered, too_late, lease_ends): (BootInstant, BootInstant, BootInstant),
 ) -> anyhow::Result<Started> {
     let key = ending.key;

@@ -21,6 +21,7 @@ use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
 
 use super::{Attempt, OneRedisOnly, Quorum, refusal, transient};
+use crate::store::Kept;
 
 /// What the wait loop hears while waiting.
 pub(crate) enum Event {
@@ -124,7 +125,7 @@ impl<'a> Machine<'a> for Rounds<'a> {
                     Next::Took { lease, sent } => Ok(Some(Ended::Took {
                         lease,
                         confirmed: Confirmed::Sent(sent),
-                        session: None,
+                        kept: Kept::default(),
                     })),
                     Next::Done(ended) => Ok(Some(ended)),
                     Next::Again => {
@@ -182,7 +183,7 @@ impl<'a> Machine<'a> for Rounds<'a> {
                     lease,
                     confirmed,
                     answered: BootInstant::now(),
-                    session: None,
+                    kept: Kept::default(),
                     worker: self.worker,
                 })
             }

@@ -7,10 +7,10 @@ use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Failure, Fate, NoReply, failure_of, fate, reason};
-use crate::lock::{Lock, Release, ReleaseRequest, Replicas, Token};
+use crate::lock::{Lock, Release, ReleaseRequest};
 use crate::log::{Log, printable};
 
-use super::ReleaseBound;
+use super::{ReleaseBound, Renewal};
 
 mod queue;
 
@@ -22,23 +22,20 @@ pub(super) use queue::Acquirer;
 /// replaced at once the first time.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// Resets the lease of `token` to `ttl` within `timeout`, over `session` when the target
-/// reuses connections; returns whether it was confirmed, and the connection.
+/// Resets a lease as `renewal` says, over `session` when the target reuses connections;
+/// returns whether it was confirmed, and the connection.
 pub(super) fn extend(
     target: &Target,
     lock: &Lock,
     session: Option<Session>,
-    token: &Token,
-    ttl: Duration,
-    replicas: Option<Replicas>,
-    timeout: Duration,
+    renewal: &Renewal<'_>,
 ) -> anyhow::Result<(bool, Option<Session>)> {
     let mut session = match session.filter(|_| target.reuses_connections()) {
         Some(session) => session,
-        None => target.connect_within(timeout)?,
+        None => target.connect_within(renewal.timeout)?,
     };
-    session.set_command_timeout(timeout)?;
-    let extended = lock.extend(&mut session, token, ttl, replicas)?;
+    session.set_command_timeout(renewal.timeout)?;
+    let extended = lock.extend(&mut session, renewal.token, renewal.ttl, renewal.replicas)?;
     Ok((extended, Some(session)))
 }
 

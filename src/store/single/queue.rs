@@ -194,14 +194,14 @@ impl<'a> Acquirer<'a> {
             Ended::Took {
                 lease,
                 confirmed,
-                session,
+                kept,
             } => {
                 self.waiting.status.acquired();
                 Outcome::Acquired(Held {
                     lease,
                     confirmed,
                     answered: BootInstant::now(),
-                    session,
+                    kept,
                     worker: self.worker,
                 })
             }

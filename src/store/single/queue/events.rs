@@ -13,6 +13,7 @@ use crate::exit::{Failure, failure_of, no_reply};
 use crate::lease::Confirmed;
 use crate::lock::{Acquisition, GRANT, Lease, Refreshed, Waiter, Wake};
 use crate::log::printable;
+use crate::store::Kept;
 
 /// How soon a waiter told it moved into the head lease's places calls, at the latest:
 /// `HEAR_MS` in `lua/prelude/60-queue.lua`, as the script's `h:` says.
@@ -144,7 +145,7 @@ impl Acquirer<'_> {
             Acquisition::Acquired(lease) => Ok(Some(Ended::Took {
                 lease,
                 confirmed: Confirmed::Sent(sent),
-                session: Some(session),
+                kept: Kept(Some(session)),
             })),
             Acquisition::Busy {
                 holder,
@@ -251,7 +252,7 @@ impl Acquirer<'_> {
                             length: grant,
                             until,
                         },
-                        session: Some(session),
+                        kept: Kept(Some(session)),
                     });
                 }
                 self.call(Call::Stay, Some(session));
