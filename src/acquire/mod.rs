@@ -1,6 +1,6 @@
 //! Taking a lock: at once, by re-entering it, or after waiting. [`wait`] is the one wait loop:
 //! it owns the signals, the deadline of `--wait` and the status line, and drives whichever
-//! store's acquisition [`Store::take`] built, a [`Machine`]: on one Redis the lock's FIFO
+//! store's acquisition `Store::take` built, a [`Machine`]: on one Redis the lock's FIFO
 //! queue (a state machine that blocks on its wake list, `store/single/queue`), over a quorum
 //! of masters rounds of acquisition with release notices (`store/quorum/rounds`: no queue,
 //! there is no order across independent masters). The store decides what to send and what a
@@ -12,14 +12,11 @@ mod status;
 use std::time::Duration;
 
 use crate::clock::{BootInstant, MAX_NAP};
+use crate::conn::Session;
 use crate::duration;
 use crate::inbox::{Inbox, Incoming, Worker};
-use crate::lease::Confirmed;
 use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Retention, Token};
 use crate::signals::{self, Signals};
-use crate::store::Kept;
-#[cfg(doc)]
-use crate::store::Store;
 
 pub(crate) use status::{Place, Status};
 
@@ -48,6 +45,36 @@ pub(crate) trait Machine<'a> {
     fn conclude(self, ended: Ended) -> Outcome;
     /// The error of a machine that failed, with what could not be cleaned up.
     fn failed(&mut self, err: anyhow::Error) -> anyhow::Error;
+}
+
+/// How the lease a command starts on was confirmed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Confirmed {
+    /// A full lease, by a request sent at this instant.
+    Sent(BootInstant),
+    /// A hand-over grant of `length`, ours until `until` at the earliest.
+    Grant {
+        length: Duration,
+        until: BootInstant,
+    },
+}
+
+/// What a store keeps between the requests of one hold: on one Redis the connection that took
+/// the lock (its renewals and its release reuse it: one connection per run), over a quorum
+/// nothing (each master's connection is the quorum's own). The commands only pass it on.
+#[derive(Default)]
+pub(crate) struct Kept(Option<Session>);
+
+impl Kept {
+    /// What a store keeps: `session`, if any (only stores open it).
+    pub(crate) fn new(session: Option<Session>) -> Self {
+        Self(session)
+    }
+
+    /// The connection kept, if any (only stores open it).
+    pub(crate) fn into_session(self) -> Option<Session> {
+        self.0
+    }
 }
 
 /// How a machine ended.

@@ -1,11 +1,12 @@
 //! `redlock extend`: token-checked renewal that never re-creates a lost lock.
 
 use super::{Context, lock_name, named};
+use crate::acquire::Kept;
 use crate::cli::ExtendArgs;
 use crate::duration;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::Replicas;
-use crate::store::{Kept, OneRedisOnly, Renewal};
+use crate::store::{OneRedisOnly, Renewal};
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(

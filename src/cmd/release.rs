@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
+use crate::acquire::Kept;
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
 use crate::lock::{Ending, Identity, Release, ReleaseRequest};
-use crate::store::{Forced, Kept, ReleaseBound};
+use crate::store::{Forced, ReleaseBound};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
     let name = lock_name(named(

@@ -11,14 +11,16 @@ use std::time::Duration;
 
 use nix::unistd::Pid;
 
+use crate::acquire::Confirmed;
+use crate::acquire::Kept;
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::duration;
 use crate::inbox::{Inbox, Incoming};
-use crate::lease::{Confirmed, HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
+use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Lock, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::{Kept, ReleaseBound, Store};
+use crate::store::{ReleaseBound, Store};
 
 /// How often `--while-pid` looks whether its process is still there.
 const PID_POLL: Duration = Duration::from_millis(250);

@@ -25,11 +25,8 @@ use crate::clock::BootInstant;
 /// Shortest lease a supervised command accepts.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 
-/// The longest a release (or a give-up) may take once redlock is on its way out after a
-/// signal, a lost lock or a failed start: Redis was probably unreachable a moment ago, and a
-/// signal must end redlock within a second whatever state Redis is in. A release that cannot
-/// be made in time leaves the lock to its lease.
-pub(crate) const HASTY_RELEASE: Duration = Duration::from_millis(500);
+use crate::acquire::Confirmed;
+pub(crate) use crate::store::HASTY_RELEASE;
 
 pub(crate) use crate::clock::drift;
 
@@ -132,18 +129,6 @@ impl Plan {
             }
         }
     }
-}
-
-/// How the lease a command starts on was confirmed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Confirmed {
-    /// A full lease, by a request sent at this instant.
-    Sent(BootInstant),
-    /// A hand-over grant of `length`, ours until `until` at the earliest.
-    Grant {
-        length: Duration,
-        until: BootInstant,
-    },
 }
 
 /// The deadlines of the lease as last confirmed.

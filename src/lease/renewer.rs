@@ -9,12 +9,13 @@
 
 use std::time::Duration;
 
+use crate::acquire::{Confirmed, Kept};
 use crate::clock::BootInstant;
 use crate::exit::{Failure, failure_of};
 use crate::inbox::{Reporter, Worker};
-use crate::lease::{Confirmed, Plan, Window};
+use crate::lease::{Plan, Window};
 use crate::lock::{Lock, Replicas, Token};
-use crate::store::{Kept, Renewal, Store};
+use crate::store::{Renewal, Store};
 
 /// A renewal's reply: sent at `sent`; whether the token still held the lock, and the connection
 /// to reuse.

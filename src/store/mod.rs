@@ -13,7 +13,7 @@ mod single;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::{self, Ask, Outcome, Waiting};
+use crate::acquire::{self, Ask, Kept, Outcome, Waiting};
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::exit::{Failure, fail};
@@ -32,6 +32,12 @@ pub(crate) struct Renewal<'a> {
     pub(crate) replicas: Option<Replicas>,
     pub(crate) timeout: Duration,
 }
+
+/// The longest a release (or a give-up) may take once redlock is on its way out after a
+/// signal, a lost lock or a failed start: Redis was probably unreachable a moment ago, and a
+/// signal must end redlock within a second whatever state Redis is in. A release that cannot
+/// be made in time leaves the lock to its lease.
+pub(crate) const HASTY_RELEASE: Duration = Duration::from_millis(500);
 
 /// How long a release may take.
 #[derive(Debug, Clone, Copy)]
@@ -61,12 +67,6 @@ impl ReleaseBound {
             .map_or(timeout, |ends| timeout.min(ends.remaining()))
     }
 }
-
-/// What a store keeps between the requests of one hold: on one Redis the connection that took
-/// the lock (its renewals and its release reuse it: one connection per run), over a quorum
-/// nothing (each master's connection is the quorum's own). The commands only pass it on.
-#[derive(Default)]
-pub(crate) struct Kept(Option<Session>);
 
 /// One Redis, or a quorum of masters.
 #[derive(Clone)]
@@ -269,8 +269,8 @@ impl Store {
         renewal: &Renewal<'_>,
     ) -> anyhow::Result<(bool, Kept)> {
         match self {
-            Store::One(target) => single::extend(target, lock, kept.0, renewal)
-                .map(|(extended, session)| (extended, Kept(session))),
+            Store::One(target) => single::extend(target, lock, kept.into_session(), renewal)
+                .map(|(extended, session)| (extended, Kept::new(session))),
             Store::Quorum(quorum) => quorum
                 .extend(lock, renewal.token, renewal.ttl, renewal.timeout)
                 .map(|extended| (extended, Kept::default())),
@@ -290,7 +290,9 @@ impl Store {
         log: Log,
     ) -> anyhow::Result<Release> {
         match self {
-            Store::One(target) => single::release(target, lock, kept.0, request, bound, log),
+            Store::One(target) => {
+                single::release(target, lock, kept.into_session(), request, bound, log)
+            }
             Store::Quorum(quorum) => quorum.release(
                 lock,
                 request.token,

@@ -34,6 +34,7 @@ pub(crate) use child::owns_terminal;
 pub(crate) use namespace::run as pid_namespace_init;
 
 use crate::acquire::Held;
+use crate::acquire::Kept;
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
@@ -42,7 +43,6 @@ use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};
 use crate::signals::{self, Signals};
-use crate::store::Kept;
 use crate::store::{ReleaseBound, Store};
 use release::{FINAL_RELEASE, FinalRelease};
 use start::{Started, spawn_failure, start};

@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::acquire::{Ask, Ended, Held, Machine, Outcome, Place, Wait, Waiting, backoff};
+use crate::acquire::Confirmed;
+use crate::acquire::{Ask, Ended, Held, Kept, Machine, Outcome, Place, Wait, Waiting, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
 use crate::inbox::{Reporter, Worker};
-use crate::lease::{Confirmed, HASTY_RELEASE};
 use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
 use crate::log::{Log, printable};
 
 use super::{Attempt, OneRedisOnly, Quorum, refusal, transient};
-use crate::store::Kept;
+use crate::store::HASTY_RELEASE;
 
 /// What the wait loop hears while waiting.
 pub(crate) enum Event {

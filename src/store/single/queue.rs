@@ -79,7 +79,7 @@ impl ServerReading {
     /// The earliest local instant at which the server's clock can read `server_ms`.
     fn earliest(self, server_ms: u64) -> BootInstant {
         let span = Duration::from_millis(server_ms.saturating_sub(self.now));
-        self.sent + span.saturating_sub(crate::lease::drift(span))
+        self.sent + span.saturating_sub(crate::clock::drift(span))
     }
 
     /// About when the server's clock reads `server_ms`, for waking up just after it.

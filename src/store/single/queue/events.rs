@@ -5,15 +5,14 @@
 use std::time::Duration;
 
 use super::{Acquirer, Call, POLL_EVERY, Reply, ServerReading};
-use crate::acquire::{Ended, Place, Wait, backoff};
+use crate::acquire::Confirmed;
+use crate::acquire::{Ended, Kept, Place, Wait, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Session;
 use crate::duration;
 use crate::exit::{Failure, failure_of, no_reply};
-use crate::lease::Confirmed;
 use crate::lock::{Acquisition, GRANT, Lease, Refreshed, Waiter, Wake};
 use crate::log::printable;
-use crate::store::Kept;
 
 /// How soon a waiter told it moved into the head lease's places calls, at the latest:
 /// `HEAR_MS` in `lua/prelude/60-queue.lua`, as the script's `h:` says.
@@ -145,7 +144,7 @@ impl Acquirer<'_> {
             Acquisition::Acquired(lease) => Ok(Some(Ended::Took {
                 lease,
                 confirmed: Confirmed::Sent(sent),
-                kept: Kept(Some(session)),
+                kept: Kept::new(Some(session)),
             })),
             Acquisition::Busy {
                 holder,
@@ -252,7 +251,7 @@ impl Acquirer<'_> {
                             length: grant,
                             until,
                         },
-                        kept: Kept(Some(session)),
+                        kept: Kept::new(Some(session)),
                     });
                 }
                 self.call(Call::Stay, Some(session));
