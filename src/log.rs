@@ -147,6 +147,11 @@ pub(crate) fn terminal_width() -> Option<usize> {
     columns_of(2)
 }
 
+/// The width of the terminal on stdout, if stdout is one (tables fit it).
+pub(crate) fn stdout_terminal_width() -> Option<usize> {
+    columns_of(1)
+}
+
 /// The width of the terminal on stdout, stderr or stdin, the first that is one: what help is
 /// wrapped to. (clap asks too, but takes nothing from a terminal that reports no rows, as
 /// `script` and some consoles do, and then wraps at 100 whatever the width.)
@@ -154,7 +159,8 @@ pub(crate) fn any_terminal_width() -> Option<usize> {
     [1, 2, 0].into_iter().find_map(columns_of)
 }
 
-/// The columns of the terminal on descriptor `fd`, if it is one that knows its width.
+/// The columns of the terminal on descriptor `fd`, if it is one that knows its width (the one
+/// place redlock asks a terminal its size; anything else, a pipe or a file, fails the ioctl).
 fn columns_of(fd: i32) -> Option<usize> {
     let mut size = nix::libc::winsize {
         ws_row: 0,

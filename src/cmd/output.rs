@@ -82,28 +82,9 @@ pub(super) const MIN_CUT_WIDTH: usize = 12;
 /// Tables printed from now on fit the terminal on stdout, unless `wide` (--wide) or stdout is
 /// not a terminal: a pipe or a file always gets every character.
 pub(super) fn fit_tables_to_terminal(wide: bool) {
-    if !wide && let Some(width) = terminal_width() {
+    if !wide && let Some(width) = crate::log::stdout_terminal_width() {
         FIT_WIDTH.store(width, Ordering::Relaxed);
     }
-}
-
-/// The columns of the terminal on stdout; `None` for anything else.
-#[allow(unsafe_code)] // TIOCGWINSZ: std cannot ask a terminal its size.
-pub(super) fn terminal_width() -> Option<usize> {
-    use std::io::IsTerminal as _;
-    if !std::io::stdout().is_terminal() {
-        return None;
-    }
-    let mut size = nix::libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ on an open descriptor (stdout, a terminal) writes one `winsize` into
-    // `size`, which outlives the call, and reads nothing else.
-    let asked = unsafe { nix::libc::ioctl(1, nix::libc::TIOCGWINSZ, &raw mut size) };
-    (asked == 0 && size.ws_col > 0).then(|| usize::from(size.ws_col))
 }
 
 /// Narrows the COMMAND and NOTE columns (the widest first, none below [`MIN_CUT_WIDTH`]) until
