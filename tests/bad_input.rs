@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
-use crate::util::{RedisServer, Redlock, TempDir, free_port};
+use crate::util::{RedisServer, Redlock, TempDir, free_port, wait_until};
 
 #[test]
 fn bad_keys_are_usage_errors_and_touch_nothing() {
@@ -891,10 +891,18 @@ fn a_waiter_whose_blpop_is_refused_polls_gently() {
         .run();
     holder.code(0);
     let token = holder.stdout.trim().to_owned();
-    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
     let waiter = server
         .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
         .spawn();
+    // Counted from the moment the waiter polls (it joined, and its block was refused).
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .calls(&["evalsha", "eval"])
+            >= 3),
+        "the waiter never polled"
+    );
+    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
+    // The window the calls are counted over.
     std::thread::sleep(Duration::from_secs(3));
     let connections = server.stat("total_connections_received");
     let scripts = server.calls(&["evalsha", "eval"]);
@@ -923,14 +931,22 @@ fn a_waiter_denied_blpop_polls_gently() {
         .run();
     holder.code(0);
     let token = holder.stdout.trim().to_owned();
-    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
     let waiter = server
         .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
         .env("REDLOCK_URL", &url)
         .spawn();
+    // Counted from the moment the waiter polls (it joined, and its block was refused).
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .calls(&["evalsha", "eval"])
+            >= 3),
+        "the waiter never polled"
+    );
+    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
+    // The window the calls are counted over.
     std::thread::sleep(Duration::from_secs(3));
     let scripts = server.calls(&["evalsha", "eval"]);
-    // Twice a second, and a few for joining and the refused block.
+    // Twice a second, and a few for a refused block now and then.
     assert!(scripts <= 12, "{scripts} script calls in 3 s");
     server
         .redlock(&["release", "--key", "k", "--token", &token])

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::util::{RedisServer, Redlock, TempDir, send_signal};
+use crate::util::{RedisServer, Redlock, TempDir, send_signal, wait_until};
 
 /// `count` independent masters.
 struct Masters {
@@ -55,6 +55,26 @@ impl Masters {
     fn holders_on(&self, index: usize, key: &str) -> i64 {
         self.servers[index].cmd(&["HLEN", &format!("redlock:{{{key}}}:holders")])
     }
+
+    /// Whether `key` is held on a majority of the masters.
+    fn held_on_a_majority(&self, key: &str) -> bool {
+        let held = (0..self.servers.len())
+            .filter(|index| self.holders_on(*index, key) > 0)
+            .count();
+        held > self.servers.len() / 2
+    }
+}
+
+/// Whether `server` answers a PING within `limit` (not while it runs DEBUG SLEEP).
+fn answers_within(server: &RedisServer, limit: Duration) -> bool {
+    let Ok(client) = redis::Client::open(server.url()) else {
+        return false;
+    };
+    let Ok(mut con) = client.get_connection_with_timeout(limit) else {
+        return false;
+    };
+    let _ = con.set_read_timeout(Some(limit));
+    redis::cmd("PING").query::<String>(&mut con).is_ok()
 }
 
 #[test]
@@ -496,7 +516,10 @@ fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
     let running = masters
         .redlock(&["run", "--key", "q", "--ttl", "2s", "--", "sleep", "3"])
         .spawn();
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(10), || masters.held_on_a_majority("q")),
+        "the run never held q"
+    );
     masters.servers[0].kill();
     masters.servers[1].kill();
     running.wait(Duration::from_secs(15)).code(0);
@@ -512,7 +535,10 @@ fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
             "run", "--key", "r", "--ttl", "2s", "--", "sh", "-c", &script,
         ])
         .spawn();
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(10), || marker.exists()),
+        "the command never started"
+    );
     let lost_at = crate::util::wall_ms();
     masters.servers[2].kill();
     let out = running.wait(Duration::from_secs(15));
@@ -565,7 +591,9 @@ fn a_stopped_master_does_not_stall_an_acquisition() {
         .run()
         .code(0);
     // The stopped masters ran the requests when continued: given up, nothing held there.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(Duration::from_secs(5), || {
+        (0..5).all(|index| masters.holders_on(index, "q") == 0)
+    });
     for index in 0..5 {
         assert_eq!(masters.holders_on(index, "q"), 0, "master {index}");
     }
@@ -658,7 +686,13 @@ fn a_majority_answering_after_the_lease_grants_nothing() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
+    // Both asleep before the acquisition starts: a PING gets no answer.
+    assert!(
+        wait_until(Duration::from_secs(5), || masters.servers[..2]
+            .iter()
+            .all(|server| !answers_within(server, Duration::from_millis(50)))),
+        "DEBUG SLEEP never started"
+    );
     masters
         .redlock(&["acquire", "--key", "q", "--ttl", "500ms"])
         .run()
@@ -666,7 +700,10 @@ fn a_majority_answering_after_the_lease_grants_nothing() {
     for sleeper in sleepers {
         sleeper.join().unwrap();
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The late grants are given back once the masters wake.
+    wait_until(Duration::from_secs(5), || {
+        (0..3).all(|index| masters.holders_on(index, "q") == 0)
+    });
     for index in 0..3 {
         assert_eq!(masters.holders_on(index, "q"), 0, "master {index}");
     }
@@ -751,7 +788,18 @@ fn contending_waiters_take_turns_and_wake_on_release() {
     let waiter = masters
         .redlock(&["run", "--key", "wake", "--wait", "60s", "--", "true"])
         .spawn();
-    std::thread::sleep(Duration::from_millis(500));
+    // Released once the waiter listens on every master (its first busy round started them).
+    assert!(
+        wait_until(Duration::from_secs(10), || masters.servers.iter().all(
+            |server| {
+                server
+                    .cmd::<Vec<redis::Value>>(&["PUBSUB", "NUMSUB", "redlock:{wake}:released"])
+                    .get(1)
+                    .is_some_and(|count| *count == redis::Value::Int(1))
+            }
+        )),
+        "the waiter never listened for releases"
+    );
     let released = Instant::now();
     masters
         .redlock(&["release", "--key", "wake", "--token", &token])
@@ -810,6 +858,7 @@ fn fences_rise_across_a_quorum_while_a_minority_fails() {
                         faults.fetch_add(1, Ordering::SeqCst);
                     }
                 }
+                // How long the fault lasts: the fault itself, not a wait for anything.
                 std::thread::sleep(Duration::from_millis(200 + next() % 400));
                 if !restart {
                     let masters = masters.lock().unwrap();
@@ -817,6 +866,7 @@ fn fences_rise_across_a_quorum_while_a_minority_fails() {
                         send_signal(masters.servers[index].pid(), "CONT");
                     }
                 }
+                // The pause between faults.
                 std::thread::sleep(Duration::from_millis(100 + next() % 200));
             }
         })
@@ -861,6 +911,7 @@ fn fences_rise_across_a_quorum_while_a_minority_fails() {
                         state.0 = true;
                         state.1 = fence;
                     }
+                    // The hold itself: another holder meanwhile is an overlap.
                     std::thread::sleep(Duration::from_millis(5));
                     state.lock().unwrap().0 = false;
                     let released = Redlock::new(&[
@@ -917,10 +968,17 @@ fn the_minimal_acl_suffices_without_pubsub() {
         .run();
     holder.code(0);
     let token = holder.stdout.trim().to_owned();
+    let rounds_before = masters.servers[0].calls(&["evalsha", "eval"]);
     let waiter = Redlock::new(&["run", "--key", "acl", "--wait", "30s", "--", "true"])
         .env("REDLOCK_URL", &urls)
         .spawn();
-    std::thread::sleep(Duration::from_millis(500));
+    // Released once the waiter found the lock busy (its first round ran).
+    assert!(
+        wait_until(Duration::from_secs(10), || masters.servers[0]
+            .calls(&["evalsha", "eval"])
+            > rounds_before),
+        "the waiter never asked"
+    );
     Redlock::new(&["release", "--key", "acl", "--token", &token])
         .env("REDLOCK_URL", &urls)
         .run()
@@ -1051,6 +1109,7 @@ fn a_waiter_whose_subscription_is_refused_listens_and_looks_gently() {
                 .redlock(&["acquire", "--key", "q", "--ttl", "10s", "--wait", "30s"])
                 .spawn(),
         );
+        // The window the rates below are counted over (not a wait for something to happen).
         std::thread::sleep(Duration::from_secs(3));
     });
     // A listener's connection a second, and one kept for the rounds: a round at once, one
@@ -1084,6 +1143,7 @@ fn a_waiter_whose_rounds_are_refused_tries_again_gently() {
                     .redlock(&["acquire", "--key", "q", "--ttl", "10s", "--wait", "30s"])
                     .spawn(),
             );
+            // The window the requests are counted over.
             std::thread::sleep(Duration::from_secs(3));
         });
     });
@@ -1185,6 +1245,7 @@ fn a_kept_lock_is_renewed_on_every_master() {
     let json = out.json();
     let token = json["token"].as_str().unwrap().to_owned();
     let keeper = u32::try_from(json["keeper_pid"].as_u64().unwrap()).unwrap();
+    // Longer than the 1 s lease twice over: held still only if the keeper renewed it.
     std::thread::sleep(Duration::from_millis(2500));
     for index in 0..3 {
         assert_eq!(

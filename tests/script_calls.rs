@@ -19,7 +19,7 @@ use std::time::Duration;
 use redlock::keys::{LockName, Prefix};
 use redlock::lock::{Lock, Refreshed, Token, Waiter};
 
-use crate::util::{Output, RedisServer, Redlock, Running, alive, wait_until};
+use crate::util::{Output, RedisServer, Redlock, Running, wait_until};
 
 /// The measured counts, one row per path: `path | script calls | commands inside them |
 /// each command`. When a script changes on purpose, replace this with the table the failure
@@ -431,8 +431,8 @@ fn past_queue_slack() {
     std::thread::sleep(Duration::from_millis(1_200));
 }
 
-/// A `redlock` in the background, which may be stopped (SIGSTOP): continued and killed if the
-/// test ends before it does.
+/// A `redlock` in the background, which may be stopped (SIGSTOP); killed if the test ends
+/// before it does (`Running`'s drop: SIGKILL ends a stopped process too).
 struct Background(Option<Running>);
 
 impl Background {
@@ -444,17 +444,6 @@ impl Background {
 
     fn wait(mut self, limit: Duration) -> Output {
         self.0.take().expect("still running").wait(limit)
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let Some(running) = self.0.take() else { return };
-        if alive(running.pid()) {
-            let pid = nix::unistd::Pid::from_raw(i32::try_from(running.pid()).unwrap_or(0));
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        }
     }
 }
 

@@ -513,7 +513,7 @@ impl Redlock {
             .spawn()
             .expect("spawn redlock");
         Running {
-            child,
+            child: Some(child),
             argv: self.argv,
             started: Instant::now(),
             server_log: self.server_log.take(),
@@ -549,9 +549,12 @@ impl Redlock {
     }
 }
 
-/// A `redlock` running in the background.
+/// A `redlock` running in the background. Dropped while still running (a test that failed
+/// before waiting for it), it is killed and reaped: a failed test leaves no process behind
+/// (the command redlock runs dies with it: redlock gives its children a parent-death signal).
 pub struct Running {
-    child: Child,
+    /// `None` once waited for.
+    child: Option<Child>,
     argv: Vec<String>,
     started: Instant,
     server_log: Option<PathBuf>,
@@ -559,7 +562,7 @@ pub struct Running {
 
 impl Running {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().expect("running").id()
     }
 
     /// Sends a signal (e.g. "TERM", "KILL") to redlock itself.
@@ -569,31 +572,43 @@ impl Running {
 
     /// Waits at most `limit` for the exit; on timeout kills it and fails with its output.
     pub fn wait(mut self, limit: Duration) -> Output {
+        let mut child = self.child.take().expect("running");
         let deadline = Instant::now() + limit;
         let finished = loop {
-            if self.child.try_wait().expect("try_wait").is_some() {
+            if child.try_wait().expect("try_wait").is_some() {
                 break true;
             }
             if Instant::now() >= deadline {
-                let _ = self.child.kill();
+                let _ = child.kill();
                 break false;
             }
             std::thread::sleep(Duration::from_millis(5));
         };
         let elapsed = self.started.elapsed();
-        let output = self.child.wait_with_output().expect("collect output");
+        let output = child.wait_with_output().expect("collect output");
         let output = Output {
-            argv: self.argv,
+            argv: std::mem::take(&mut self.argv),
             status: output.status,
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
             elapsed,
-            server_log: self.server_log,
+            server_log: self.server_log.take(),
         };
         if !finished {
             output.fail(&format!("did not exit within {limit:?}"));
         }
         output
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
