@@ -3,6 +3,7 @@
 //! finding per subject. Nothing is changed.
 
 use crate::conn::{Session, Target, Unlisted};
+use crate::exit::{Refusal, refusal_of};
 use crate::lock::Lock;
 
 /// How a finding bears on safety.
@@ -449,14 +450,15 @@ impl Examination<'_> {
 fn seen(result: anyhow::Result<String>) -> anyhow::Result<Option<String>> {
     match result {
         Ok(text) => Ok(Some(text)),
-        Err(err) => {
-            let text = format!("{err:#}");
-            if text.contains("permission denied") || text.contains("unknown command") {
-                Ok(None)
-            } else {
-                Err(err)
-            }
+        Err(err)
+            if matches!(
+                refusal_of(&err),
+                Some(Refusal::NotPermitted | Refusal::UnknownCommand)
+            ) =>
+        {
+            Ok(None)
         }
+        Err(err) => Err(err),
     }
 }
 

@@ -294,6 +294,19 @@ pub struct Failed {
     pub hint: Option<Hint>,
     /// What became of the request, when redlock can tell: whether it may still run.
     pub fate: Option<Fate>,
+    /// What the server refused, where a caller decides by it (never by the message's text).
+    pub refusal: Option<Refusal>,
+}
+
+/// What a server refused, named for the callers that act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The user's ACL does not let it run a command redlock sent (NOPERM).
+    NotPermitted,
+    /// It does not know a command redlock sent (renamed away, or a server without it).
+    UnknownCommand,
+    /// A script refused to take a lock in another mode or limit than its holders'.
+    OtherMode,
 }
 
 /// What became of a request that failed: known not to have run, or sent and never answered.
@@ -377,6 +390,7 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
         message: message.into(),
         hint: None,
         fate: None,
+        refusal: None,
     })
 }
 
@@ -387,6 +401,7 @@ pub(crate) fn fail_no_reply(how: NoReply, message: impl Into<String>) -> anyhow:
         message: message.into(),
         hint: None,
         fate: Some(Fate::NoReply(how)),
+        refusal: None,
     })
 }
 
@@ -397,6 +412,7 @@ pub(crate) fn fail_not_run(how: NotRun, message: impl Into<String>) -> anyhow::E
         message: message.into(),
         hint: None,
         fate: Some(Fate::NotRun(how)),
+        refusal: None,
     })
 }
 
@@ -445,7 +461,30 @@ pub fn fail_with(failure: Failure, message: impl Into<String>, hint: Hint) -> an
         message: message.into(),
         hint: Some(hint),
         fate: None,
+        refusal: None,
     })
+}
+
+/// Like [`fail`], naming what the server refused (see [`Refusal`]).
+pub(crate) fn fail_refused(
+    failure: Failure,
+    message: impl Into<String>,
+    refusal: Refusal,
+) -> anyhow::Error {
+    anyhow::Error::new(Failed {
+        failure,
+        message: message.into(),
+        hint: None,
+        fate: None,
+        refusal: Some(refusal),
+    })
+}
+
+/// What the server refused, if `err` says (see [`Refusal`]).
+pub(crate) fn refusal_of(err: &anyhow::Error) -> Option<Refusal> {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<Failed>())
+        .and_then(|failed| failed.refusal)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crate::acquire::{Ask, Held, Outcome, Wait};
 use crate::cli::{Cli, Command};
-use crate::exit::{Done, Failure, Hint};
+use crate::exit::{Done, Hint, Refusal, refusal_of};
 use crate::keys::{LockName, Prefix};
 use crate::lock::{Holder, Lock};
 use crate::log::Log;
@@ -119,9 +119,7 @@ impl Context {
             .map_err(|err| {
                 // The scripts refuse a mode or limit that differs from the holders' ("the lock is
                 // a semaphore of 2, not ...") knowing only keys: the line names the lock.
-                let mode_refused = crate::exit::failure_of(&err) == Some(Failure::Usage)
-                    && err.to_string().starts_with("the lock is ");
-                if mode_refused {
+                if refusal_of(&err) == Some(Refusal::OtherMode) {
                     err.context(format!("lock '{}'", lock.name.as_str()))
                 } else {
                     err

@@ -9,7 +9,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use super::resp;
 use crate::duration;
 use crate::exit::{
-    Failure, Hint, NoReply, NotRun, fail, fail_no_reply, fail_not_run, fail_with, mark_not_run,
+    Failure, Hint, NoReply, NotRun, Refusal, fail, fail_no_reply, fail_not_run, fail_refused,
+    fail_with, mark_not_run,
 };
 
 /// Maps a Redis error to an outcome: unreachable or refusing → 69, auth/ACL → 77, bad
@@ -102,9 +103,11 @@ fn by_kind(err: &RedisError, code: &str, detail: &str) -> Option<anyhow::Error> 
             Failure::Auth,
             "authentication failed (wrong password or user)",
         ),
-        ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            fail(Failure::Auth, format!("permission denied: {detail}"))
-        }
+        ErrorKind::Server(ServerErrorKind::NoPerm) => fail_refused(
+            Failure::Auth,
+            format!("permission denied: {detail}"),
+            Refusal::NotPermitted,
+        ),
         // A replica runs none of a script's writes (a master demoted by a failover answers so):
         // the request may be sent again, to the master.
         ErrorKind::Server(ServerErrorKind::ReadOnly) => mark_not_run(
@@ -172,7 +175,7 @@ fn refused_request(code: &str, detail: &str) -> Option<anyhow::Error> {
                 crate::log::printable(detail)
             ),
         ),
-        () if code == "MODE" => fail(Failure::Usage, detail.to_owned()),
+        () if code == "MODE" => fail_refused(Failure::Usage, detail.to_owned(), Refusal::OtherMode),
         () if code == "FENCE" => fail(Failure::Usage, format!("the lock's fence counter {detail}")),
         () if code == "WRONGTYPE" => fail_with(Failure::Usage, detail.to_owned(), Hint::OtherName),
         () if detail.contains("DB index is out of range") => {
@@ -238,6 +241,13 @@ fn unexpected(err: &RedisError, code: &str, detail: &str) -> anyhow::Error {
         ErrorKind::Server(_) if detail.contains("user_script:") => {
             anyhow::anyhow!("a script of redlock failed: {code} {detail}")
         }
+        ErrorKind::Server(_) | ErrorKind::Extension if detail.starts_with("unknown command") => {
+            fail_refused(
+                Failure::Unavailable,
+                format!("the server refused the request (an error of its own): {code} {detail}"),
+                Refusal::UnknownCommand,
+            )
+        }
         ErrorKind::Server(_) | ErrorKind::Extension => refused("an error of its own", code, detail),
         _ => anyhow::anyhow!("unexpected error: {err}"),
     }
@@ -255,6 +265,42 @@ mod tests {
         redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
             .and_then(redis::Value::extract_error)
             .expect_err("an error reply")
+    }
+
+    /// What callers act on is typed: a command the server does not know, a lock in another
+    /// mode than its holders'.
+    #[test]
+    fn what_callers_act_on_is_typed() {
+        let unknown = classify(
+            &reply("ERR unknown command 'BLPOP', with args beginning with: 'k' '1'"),
+            BOUND,
+        );
+        assert_eq!(
+            crate::exit::refusal_of(&unknown),
+            Some(Refusal::UnknownCommand)
+        );
+        assert_eq!(
+            crate::exit::failure_of(&unknown),
+            Some(Failure::Unavailable)
+        );
+        let mode = classify(
+            &reply("MODE the lock is a semaphore of 2, not a semaphore of 3; nothing was changed"),
+            BOUND,
+        );
+        assert_eq!(crate::exit::refusal_of(&mode), Some(Refusal::OtherMode));
+        assert_eq!(crate::exit::failure_of(&mode), Some(Failure::Usage));
+        let denied = classify(
+            &reply("NOPERM User locker has no permissions to run the 'info' command"),
+            BOUND,
+        );
+        assert_eq!(
+            crate::exit::refusal_of(&denied),
+            Some(Refusal::NotPermitted)
+        );
+        let other = classify(&reply("NOAUTH Authentication required."), BOUND);
+        assert_eq!(crate::exit::refusal_of(&other), None);
+        let other = classify(&reply("ERR something else"), BOUND);
+        assert_eq!(crate::exit::refusal_of(&other), None);
     }
 
     /// Whether a release may be sent again is typed by what the server said or what the

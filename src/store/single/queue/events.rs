@@ -10,7 +10,7 @@ use crate::acquire::{Ended, Kept, Place, Wait, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Session;
 use crate::duration;
-use crate::exit::{Failure, failure_of, no_reply};
+use crate::exit::{Failure, Refusal, failure_of, no_reply, refusal_of};
 use crate::lock::{Acquisition, GRANT, Lease, Refreshed, Waiter, Wake};
 use crate::log::printable;
 
@@ -83,7 +83,8 @@ impl Acquirer<'_> {
         // The Redis user may not block, or the server does not know BLPOP (renamed away):
         // look at the lock now and then instead, never in a loop. (Other error replies,
         // UNBLOCKED in a failover or LOADING, pass: they go the way of a failed block.)
-        if failure_of(&err) == Some(Failure::Auth) || format!("{err:#}").contains("unknown command")
+        if failure_of(&err) == Some(Failure::Auth)
+            || refusal_of(&err) == Some(Refusal::UnknownCommand)
         {
             self.waiting.status.clear();
             self.log.warn(format_args!(
