@@ -15,7 +15,7 @@ use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::Session;
 use crate::duration;
 use crate::inbox::{Inbox, Incoming, Worker};
-use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Retention, Token};
+use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Request, Retention, Token};
 use crate::signals::{self, Signals};
 
 pub(crate) use status::{Place, Status};
@@ -207,6 +207,22 @@ pub(crate) struct Ask {
     pub(crate) replicas: Option<Replicas>,
     /// What the lock's history keeps from this hold on.
     pub(crate) history: Retention,
+}
+
+impl Ask {
+    /// The request one acquire call makes for `token`; `reenter`: the call re-enters the lock
+    /// that token holds.
+    pub(crate) fn request<'r>(&'r self, token: &'r Token, reenter: bool) -> Request<'r> {
+        Request {
+            token,
+            ttl: self.ttl,
+            mode: self.mode,
+            who: &self.who,
+            reenter,
+            replicas: self.replicas,
+            history: self.history,
+        }
+    }
 }
 
 /// How an acquisition ended.

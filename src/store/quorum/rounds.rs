@@ -17,7 +17,7 @@ use crate::clock::BootInstant;
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
 use crate::inbox::{Reporter, Worker};
-use crate::lock::{Lease, Lock, Mode, Request, Token, Waiter};
+use crate::lock::{Lease, Lock, Mode, Token, Waiter};
 use crate::log::{Log, printable};
 
 use super::{Attempt, OneRedisOnly, Quorum, refusal, transient};
@@ -233,18 +233,9 @@ impl Rounds<'_> {
         let (quorum, lock, ask) = (Arc::clone(self.quorum), self.lock.clone(), self.ask.clone());
         let reentering = self.reenter.is_some();
         self.worker.run(&self.waiting.inbox.reporter(), move || {
-            Event::Round(Box::new(quorum.try_acquire(
-                &lock,
-                &Request {
-                    token: &token,
-                    ttl: ask.ttl,
-                    mode: ask.mode,
-                    who: &ask.who,
-                    reenter: reentering,
-                    replicas: ask.replicas,
-                    history: ask.history,
-                },
-            )))
+            Event::Round(Box::new(
+                quorum.try_acquire(&lock, &ask.request(&token, reentering)),
+            ))
         });
     }
 

@@ -10,7 +10,7 @@ use crate::conn::Session;
 use crate::duration;
 use crate::exit::no_reply;
 use crate::inbox::Incoming;
-use crate::lock::{Acquisition, Holder, QUEUE_ENTRY_TTL, Queueing, Request};
+use crate::lock::{Acquisition, Holder, QUEUE_ENTRY_TTL, Queueing};
 use crate::log::printable;
 
 /// How long a give-up waits for the reply of a call in flight (see `await_call_in_flight`);
@@ -29,14 +29,7 @@ impl Acquirer<'_> {
             self.waiter.clone(),
             self.log,
         );
-        let (ttl, mode, who, reenter, replicas, history) = (
-            self.ask.ttl,
-            self.ask.mode,
-            self.ask.who.clone(),
-            self.reentering,
-            self.ask.replicas,
-            self.ask.history,
-        );
+        let (ask, reenter) = (self.ask.clone(), self.reentering);
         let token = match (&self.ask.reenter, reenter) {
             (Some(token), true) => token.clone(),
             _ => waiter.token.clone(),
@@ -44,15 +37,7 @@ impl Acquirer<'_> {
         self.reply_by = Some(BootInstant::now() + self.target.request_bound());
         self.worker.run(&self.waiting.inbox.reporter(), move || {
             let mut sent = BootInstant::now();
-            let request = Request {
-                token: &token,
-                ttl,
-                mode,
-                who: &who,
-                reenter,
-                replicas,
-                history,
-            };
+            let request = ask.request(&token, reenter);
             let queueing = match call {
                 Call::Fail => Queueing::No,
                 Call::Join => Queueing::Join(&waiter),
