@@ -10,16 +10,18 @@ use crate::lock::Lock;
 
 pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(false);
-    let targets = context.store.servers();
-    let quorum = targets.len() > 1;
     // Any lock's keys will do: the ACL is checked on the prefix's key pattern.
     let lock = Lock::new(&context.prefix, lock_name("doctor")?);
-    let mut examined: Vec<(&Target, Vec<doctor::Finding>)> = Vec::new();
     let mut ids: Vec<(String, String)> = Vec::new();
-    let mut unreachable = Vec::new();
-    for target in &targets {
-        let found = crate::store::connect(target, context.log)
-            .and_then(|mut session| doctor::examine(&mut session, target, &lock, quorum));
+    let mut examined: Vec<(&Target, Vec<doctor::Finding>)> = Vec::new();
+    let answers = context
+        .store
+        .examine(context.log, |session, target, in_quorum| {
+            doctor::examine(session, target, &lock, in_quorum)
+        })?;
+    // Several servers (a quorum's masters): a header each, and each finding names its master.
+    let several = answers.len() > 1;
+    for (target, found) in answers {
         let findings = match found {
             Ok((mut findings, id)) => {
                 if let Some(id) = id {
@@ -28,31 +30,18 @@ pub(super) fn run(context: &Context, args: &DoctorArgs) -> anyhow::Result<Done> 
                 }
                 findings
             }
-            // A quorum works while a majority answers: one master down is a finding.
-            Err(err) if quorum && crate::store::transient(&err) => {
-                let detail = format!(
+            // A master down, the quorum still working: a finding.
+            Err(err) => vec![doctor::Finding {
+                check: "reachable",
+                verdict: Verdict::Warn,
+                detail: format!(
                     "{err:#}: the quorum works while a majority answers, with one master fewer to lose"
-                );
-                unreachable.push(err);
-                vec![doctor::Finding {
-                    check: "reachable",
-                    verdict: Verdict::Warn,
-                    detail,
-                }]
-            }
-            Err(err) => return Err(err),
+                ),
+            }],
         };
         examined.push((target, findings));
     }
-    let answered = targets.len() - unreachable.len();
-    if quorum && answered <= targets.len() / 2 {
-        let first = unreachable.remove(0);
-        return Err(first.context(format!(
-            "only {answered} of {} masters answered",
-            targets.len()
-        )));
-    }
-    report(args, quorum, &examined)?;
+    report(args, several, &examined)?;
     let findings: Vec<&doctor::Finding> = examined.iter().flat_map(|(_, f)| f).collect();
     let found = |verdict: Verdict, subjects: &[&str]| {
         findings.iter().any(|finding| {
@@ -82,11 +71,11 @@ fn same_server(ids: &[(String, String)], id: &str) -> Option<doctor::Finding> {
     })
 }
 
-/// Prints the findings: lines under a header per master (in quorum mode), or one JSON array
-/// (each finding naming its master in quorum mode).
+/// Prints the findings: lines under a header per master (`several`: a quorum's), or one JSON
+/// array (each finding naming its master when there are several).
 fn report(
     args: &DoctorArgs,
-    quorum: bool,
+    several: bool,
     examined: &[(&Target, Vec<doctor::Finding>)],
 ) -> anyhow::Result<()> {
     if args.json {
@@ -101,7 +90,7 @@ fn report(
             .iter()
             .flat_map(|(target, findings)| {
                 findings.iter().map(|finding| Shown {
-                    master: quorum.then(|| target.redacted()),
+                    master: several.then(|| target.redacted()),
                     finding,
                 })
             })
@@ -109,7 +98,7 @@ fn report(
         return print_json(&serde_json::to_string_pretty(&shown)?);
     }
     for (target, findings) in examined {
-        if quorum {
+        if several {
             print_line(format_args!("master {}:", target.redacted()))?;
         }
         for finding in findings {

@@ -162,6 +162,37 @@ impl Store {
         }
     }
 
+    /// Each server examined by `examine` (`doctor`: given a server's connection, its target,
+    /// and whether it is a quorum's master), in the store's order. A quorum works while a
+    /// majority of its masters answer: a master that cannot be reached is its `Err` in its
+    /// place, unless too few answered (then that is the error); on one Redis any failure is.
+    pub(crate) fn examine<T>(
+        &self,
+        log: Log,
+        mut examine: impl FnMut(&mut Session, &Target, bool) -> anyhow::Result<T>,
+    ) -> anyhow::Result<Vec<(&Target, anyhow::Result<T>)>> {
+        let in_quorum = matches!(self, Store::Quorum(_));
+        let mut examined = Vec::new();
+        for target in self.servers() {
+            let found = connect(target, log)
+                .and_then(|mut session| examine(&mut session, target, in_quorum));
+            match found {
+                Err(err) if !in_quorum || !transient(&err) => return Err(err),
+                found => examined.push((target, found)),
+            }
+        }
+        let answered = examined.iter().filter(|(_, found)| found.is_ok()).count();
+        if in_quorum && answered <= examined.len() / 2 {
+            let masters = examined.len();
+            let first = examined
+                .into_iter()
+                .find_map(|(_, found)| found.err())
+                .unwrap_or_else(|| anyhow::anyhow!("no master answered"));
+            return Err(first.context(format!("only {answered} of {masters} masters answered")));
+        }
+        Ok(examined)
+    }
+
     /// Where locks are looked for, for a message: "on URL, database N", or "on N masters".
     pub(crate) fn place(&self) -> String {
         match self {
