@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::history::{RunView, how_it_ended};
+use super::views::{RunView, how_it_ended};
 use super::{Context, elapsed, hint_text, print_json, print_line, rfc3339, shown};
 use crate::cli::CheckArgs;
 use crate::duration;

@@ -2,7 +2,7 @@
 //! whose read its server refused for now (a Cluster slot stuck migrating) is listed as
 //! unreadable, with a warning, and the others are shown.
 
-use super::inspect::{
+use super::views::{
     HOLDER_HEADER, LockView, NARROW_HOLDER_HEADER, holder_cells, mode_summary, narrow_holder_cells,
 };
 use super::{

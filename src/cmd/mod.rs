@@ -20,6 +20,7 @@ mod config;
 mod output;
 pub(crate) use output::STDOUT_CLOSED_ERROR;
 mod request;
+mod views;
 
 use std::time::Duration;
 
