@@ -18,6 +18,38 @@ fn main() {
     println!("cargo:rustc-env=REDLOCK_TARGET={target}");
     println!("cargo:rerun-if-changed=build.rs");
     script_shas(&manifest_dir);
+    man_pages(&manifest_dir);
+}
+
+/// Writes `$OUT_DIR/man_pages.rs`: `PAGES`, each file of `man/` (the pages generated from
+/// clap's command tree) by name, with its text, for `redlock man` to carry.
+fn man_pages(manifest_dir: &Path) {
+    let man = manifest_dir.join("man");
+    println!("cargo:rerun-if-changed={}", man.display());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&man)
+        .unwrap_or_else(|err| panic!("man/: {err}"))
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "1"))
+        .collect();
+    files.sort();
+    let mut pages = String::from(
+        "/// Every page, by file name.\npub(crate) const PAGES: &[(&str, &str)] = &[\n",
+    );
+    for path in files {
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .expect("a UTF-8 name");
+        writeln!(
+            pages,
+            "    ({name:?}, include_str!({:?})),",
+            path.display().to_string()
+        )
+        .expect("a String takes any text");
+    }
+    pages.push_str("];\n");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("man_pages.rs"), pages).expect("OUT_DIR is writable");
 }
 
 /// Writes `$OUT_DIR/prelude.lua`, the files of `lua/prelude/` joined in file-name order (the

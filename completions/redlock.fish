@@ -239,7 +239,7 @@ json\t''"
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l tls-insecure -d 'Do not verify the server\'s certificate at all (development only; redlock warns)'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s q -l quiet -d 'Print no notices for expected outcomes (busy, not held, free); errors still print'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s v -l verbose -d 'Log each step to stderr'
-complete -c redlock -n "__fish_redlock_using_subcommand list" -l json -d 'Print a JSON array of the objects `inspect --json` prints'
+complete -c redlock -n "__fish_redlock_using_subcommand list" -l json -d 'Print JSON (documented in docs/reference.md) instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -l wide -d 'On a terminal, show every column, whole (by default: the columns read first, fitted to its width; a pipe or a file always gets every column)'
 complete -c redlock -n "__fish_redlock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand metrics" -l redis -d 'Redis server URL; repeat for quorum mode [default: $REDIS_URL, else redis://127.0.0.1:6379]' -r

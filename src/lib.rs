@@ -265,7 +265,7 @@ fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited
             // that names one (a global option's value rarely does).
             let words = || args.iter().skip(1).take_while(|arg| *arg != "--");
             let named = words().find_map(|arg| {
-                cli::MAN_PAGES
+                cli::man_pages()
                     .iter()
                     .find(|command| arg.to_str() == Some(command))
             });

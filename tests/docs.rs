@@ -67,7 +67,7 @@ fn help_lists_every_command_with_what_it_does() {
     for args in [&["--help"][..], &["-h"], &[], &["help"]] {
         let out = crate::util::Redlock::new(args).run();
         let text = format!("{}{}", out.stdout, out.stderr);
-        for command in redlock::cli::MAN_PAGES {
+        for command in redlock::cli::man_pages() {
             let described = text.lines().any(|line| {
                 line.trim_start()
                     .strip_prefix(command)

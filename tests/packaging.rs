@@ -111,12 +111,17 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
     );
     let checkout = dir.path().join("checkout");
     std::fs::create_dir_all(checkout.join("unpacked")).unwrap();
-    // Each package has its scripts.
+    // Each package has its scripts (the prelude's files in lua/prelude/) and its man pages.
     for package in [checkout.clone(), checkout.join("unpacked")] {
-        std::fs::create_dir_all(package.join("lua")).unwrap();
-        for file in std::fs::read_dir(Path::new(ROOT).join("lua")).unwrap() {
-            let file = file.unwrap();
-            std::fs::copy(file.path(), package.join("lua").join(file.file_name())).unwrap();
+        for folder in ["lua", "lua/prelude", "man"] {
+            std::fs::create_dir_all(package.join(folder)).unwrap();
+            for file in std::fs::read_dir(Path::new(ROOT).join(folder)).unwrap() {
+                let file = file.unwrap();
+                if file.file_type().unwrap().is_file() {
+                    std::fs::copy(file.path(), package.join(folder).join(file.file_name()))
+                        .unwrap();
+                }
+            }
         }
     }
     let out_dir = dir.path().join("out");
@@ -163,10 +168,20 @@ fn build_script_names_the_commit_or_says_it_is_unknown() {
             shas.contains("(\"acquire.lua\") => {") && !shas.contains("prelude.lua"),
             "{shas}"
         );
+        let prelude = std::fs::read_to_string(out_dir.join("prelude.lua")).unwrap();
+        assert!(prelude.starts_with("-- prelude:"), "{prelude}");
+        let man = manifest_dir.join("man");
+        let pages = std::fs::read_to_string(out_dir.join("man_pages.rs")).unwrap();
+        assert!(
+            pages.contains("(\"redlock-run.1\", include_str!("),
+            "{pages}"
+        );
         let watched: Vec<PathBuf> = out
             .lines()
             .filter_map(|line| line.strip_prefix("cargo:rerun-if-changed="))
-            .filter(|watched| *watched != "build.rs" && Path::new(watched) != scripts)
+            .filter(|watched| {
+                *watched != "build.rs" && Path::new(watched) != scripts && Path::new(watched) != man
+            })
             .map(PathBuf::from)
             .collect();
         for path in &watched {

@@ -332,13 +332,8 @@ pub struct KeepAliveArgs {
 /// whatever holds the lock and prints who was evicted, for the audit trail.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
-    pub name: Option<String>,
-
-    /// Name of the lock
-    #[arg(short, long, value_name = "NAME")]
-    pub key: Option<String>,
+    #[command(flatten)]
+    pub lock: NameArgs,
 
     /// Token printed by `acquire`
     #[arg(
@@ -366,10 +361,6 @@ pub struct ReleaseArgs {
     /// Record how the work under the lock ended, for `redlock history` (e.g. `$?` in a trap)
     #[arg(long, value_name = "CODE", conflicts_with = "force", allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..=255))]
     pub exit_status: Option<i32>,
-
-    /// Words after `--`, which are refused: a lock's name is never taken from there
-    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Renew the lease of a lock you hold; exit 1 if the token no longer holds it
@@ -378,13 +369,8 @@ pub struct ReleaseArgs {
 /// a holder that lost its lock must find out, not silently get it back.
 #[derive(Debug, Args)]
 pub struct ExtendArgs {
-    /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
-    pub name: Option<String>,
-
-    /// Name of the lock
-    #[arg(short, long, value_name = "NAME")]
-    pub key: Option<String>,
+    #[command(flatten)]
+    pub lock: NameArgs,
 
     /// Token printed by `acquire`
     #[arg(short, long, value_name = "TOKEN", env = "REDLOCK_TOKEN", hide_env_values = true, value_parser = Token::parse)]
@@ -397,10 +383,6 @@ pub struct ExtendArgs {
     /// Count the renewal as done only once N replicas acknowledged it (exit 69 otherwise)
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub replicas: Option<u32>,
-
-    /// Words after `--`, which are refused: a lock's name is never taken from there
-    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pub after_dashes: Vec<std::ffi::OsString>,
 }
 
 /// Show who holds a lock, since when, and for how much longer; exit 1 if it is free
@@ -409,26 +391,11 @@ pub struct ExtendArgs {
 /// and fencing token, and the last fencing token issued for the name.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
-    pub name: Option<String>,
+    #[command(flatten)]
+    pub lock: NameArgs,
 
-    /// Name of the lock
-    #[arg(short, long, value_name = "NAME")]
-    pub key: Option<String>,
-
-    /// Print JSON (documented in docs/reference.md) instead of a table
-    #[arg(long)]
-    pub json: bool,
-
-    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
-    /// its width; a pipe or a file always gets every column)
-    #[arg(long)]
-    pub wide: bool,
-
-    /// Words after `--`, which are refused: a lock's name is never taken from there
-    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pub after_dashes: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    pub table: TableArgs,
 }
 
 /// Show a lock's last holds: who, when, how long, and how each ended
@@ -441,26 +408,11 @@ pub struct InspectArgs {
 /// lease gone) or given back. Newest first; exit 1 if the lock has no history.
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// Name of the lock, instead of --key
-    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
-    pub name: Option<String>,
+    #[command(flatten)]
+    pub lock: NameArgs,
 
-    /// Name of the lock
-    #[arg(short, long, value_name = "NAME")]
-    pub key: Option<String>,
-
-    /// Print JSON (documented in docs/reference.md) instead of a table
-    #[arg(long)]
-    pub json: bool,
-
-    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
-    /// its width; a pipe or a file always gets every column)
-    #[arg(long)]
-    pub wide: bool,
-
-    /// Words after `--`, which are refused: a lock's name is never taken from there
-    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pub after_dashes: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    pub table: TableArgs,
 }
 
 /// Tell whether a job succeeded within a window; exit 80-83 if not
@@ -527,14 +479,8 @@ pub struct MetricsArgs {}
 /// Walks the keyspace with SCAN (never KEYS), so it is safe on a busy server.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Print a JSON array of the objects `inspect --json` prints
-    #[arg(long)]
-    pub json: bool,
-
-    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
-    /// its width; a pipe or a file always gets every column)
-    #[arg(long)]
-    pub wide: bool,
+    #[command(flatten)]
+    pub table: TableArgs,
 }
 
 /// Check what the Redis server does to the safety of locks; exit 1 if anything is unsafe
@@ -549,6 +495,37 @@ pub struct DoctorArgs {
     /// Print a JSON array of {check, verdict, detail} instead
     #[arg(long)]
     pub json: bool,
+}
+
+/// The lock a command acts on: its name as the first word or as --key (never from after
+/// `--`: the words there are refused). `release`, `extend`, `inspect`, `history`.
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    /// Name of the lock, instead of --key
+    #[arg(value_name = "NAME", required_unless_present_any = ["key", "after_dashes"])]
+    pub name: Option<String>,
+
+    /// Name of the lock
+    #[arg(short, long, value_name = "NAME")]
+    pub key: Option<String>,
+
+    /// Words after `--`, which are refused: a lock's name is never taken from there
+    #[arg(last = true, hide = true, value_name = "WORD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub after_dashes: Vec<std::ffi::OsString>,
+}
+
+/// How a command prints what it read: a table (fitted to the terminal unless --wide) or JSON.
+/// `inspect`, `history`, `list`.
+#[derive(Debug, Args)]
+pub struct TableArgs {
+    /// Print JSON (documented in docs/reference.md) instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    /// On a terminal, show every column, whole (by default: the columns read first, fitted to
+    /// its width; a pipe or a file always gets every column)
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// A `--reason`: one line of at most 200 characters, for the history.

@@ -32,21 +32,20 @@ pub struct ManArgs {
     pub install: Option<PathBuf>,
 }
 
-/// The commands that have a manual page (`redlock man COMMAND`), in the order of `--help`.
-pub const MAN_PAGES: &[&str] = &[
-    "run",
-    "acquire",
-    "release",
-    "extend",
-    "inspect",
-    "history",
-    "check",
-    "list",
-    "metrics",
-    "doctor",
-    "completions",
-    "man",
-];
+/// The commands that have a manual page (`redlock man COMMAND`), in the order of `--help`:
+/// every command of clap's tree but the hidden ones (which redlock runs itself).
+pub fn man_pages() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        // Built once and kept for the process, so the names live as long as it does.
+        let tree: &'static clap::Command =
+            Box::leak(Box::new(<super::Cli as clap::CommandFactory>::command()));
+        tree.get_subcommands()
+            .filter(|command| !command.is_hide_set())
+            .map(clap::Command::get_name)
+            .collect()
+    })
+}
 
 /// `redlock man`'s COMMAND: any word parses (the command says which pages exist, in its own
 /// words), but the pages are the possible values, for help and shell completion.
@@ -69,7 +68,9 @@ impl clap::builder::TypedValueParser for PageName {
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
         Some(Box::new(
-            MAN_PAGES.iter().map(clap::builder::PossibleValue::new),
+            man_pages()
+                .iter()
+                .map(|name| clap::builder::PossibleValue::new(*name)),
         ))
     }
 }

@@ -112,6 +112,6 @@ function __fish_redlock_after_dashes
 end
 complete -c redlock -n "__fish_redlock_using_subcommand run; and contains -- -- (commandline -opc)" -x -a "(__fish_redlock_after_dashes)"
 "#,
-        pages = crate::cli::MAN_PAGES.join(" ")
+        pages = crate::cli::man_pages().join(" ")
     )
 }

@@ -1,6 +1,6 @@
 //! `redlock extend`: token-checked renewal that never re-creates a lost lock.
 
-use super::{Context, lock_name, named};
+use super::{Context, named_lock};
 use crate::acquire::Kept;
 use crate::cli::ExtendArgs;
 use crate::duration;
@@ -9,11 +9,7 @@ use crate::lock::Replicas;
 use crate::store::{OneRedisOnly, Renewal};
 
 pub(super) fn run(context: &Context, args: &ExtendArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(
-        args.key.as_deref(),
-        args.name.as_deref(),
-        &args.after_dashes,
-    )?)?;
+    let name = named_lock(&args.lock)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.replicas.is_some() {

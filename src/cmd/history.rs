@@ -3,7 +3,7 @@
 
 use super::views::{RunView, how_it_ended, outcome};
 use super::{
-    Context, elapsed, lock_name, named, print_json, print_line, printable, rfc3339, shown, table,
+    Context, elapsed, named_lock, print_json, print_line, printable, rfc3339, shown, table,
     warn_unreadable,
 };
 use crate::cli::HistoryArgs;
@@ -38,12 +38,8 @@ fn narrow_rows(entries: &[HistoryEntry], now: u64) -> Vec<Vec<String>> {
 }
 
 pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done> {
-    super::fit_tables_to_terminal(args.wide);
-    let name = lock_name(named(
-        args.key.as_deref(),
-        args.name.as_deref(),
-        &args.after_dashes,
-    )?)?;
+    super::fit_tables_to_terminal(args.table.wide);
+    let name = named_lock(&args.lock)?;
     let lock = context.lock(name);
     let History {
         now,
@@ -52,7 +48,7 @@ pub(super) fn run(context: &Context, args: &HistoryArgs) -> anyhow::Result<Done>
     } = context.store.history(&lock, context.log)?;
     warn_unreadable(context, &unreadable);
     entries.reverse();
-    if args.json {
+    if args.table.json {
         let views: Vec<RunView<'_>> = entries.iter().map(|e| RunView::new(e, now)).collect();
         print_json(&serde_json::to_string_pretty(&views)?)?;
     } else if !entries.is_empty() && super::narrow() {

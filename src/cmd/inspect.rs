@@ -8,7 +8,8 @@ use super::views::{
     narrow_holder_cells, who_cells,
 };
 use super::{
-    Context, elapsed, print_json, print_line, printable, rfc3339, shown, table, warn_unreadable,
+    Context, elapsed, named_lock, print_json, print_line, printable, rfc3339, shown, table,
+    warn_unreadable,
 };
 use crate::cli::InspectArgs;
 use crate::duration;
@@ -17,19 +18,15 @@ use crate::lock::{Lock, LockState};
 use crate::store::{QuorumView, Verdict, View};
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
-    super::fit_tables_to_terminal(args.wide);
-    let name = super::lock_name(super::named(
-        args.key.as_deref(),
-        args.name.as_deref(),
-        &args.after_dashes,
-    )?)?;
+    super::fit_tables_to_terminal(args.table.wide);
+    let name = named_lock(&args.lock)?;
     let lock = context.lock(name);
     let state = match context.store.inspect(&lock, context.log)? {
         View::One(state) => *state,
         View::Quorum(view) => return show_quorum(context, &lock, &view, args),
     };
     warn_unreadable(context, &state.unreadable);
-    if args.json {
+    if args.table.json {
         print_json(&serde_json::to_string_pretty(&LockView::new(&state))?)?;
     } else {
         show(&state)?;
@@ -79,7 +76,7 @@ fn show_quorum(
     for state in &states {
         warn_unreadable(context, &state.unreadable);
     }
-    if args.json {
+    if args.table.json {
         let masters = view
             .masters
             .iter()

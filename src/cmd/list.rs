@@ -17,7 +17,7 @@ use serde::Serialize;
 use std::io::IsTerminal as _;
 
 pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
-    super::fit_tables_to_terminal(args.wide);
+    super::fit_tables_to_terminal(args.table.wide);
     let Listed {
         locks,
         masters: of,
@@ -46,7 +46,7 @@ pub(super) fn run(context: &Context, args: &ListArgs) -> anyhow::Result<Done> {
             unread.push((name, format!("{why:#}")));
         }
     }
-    if args.json {
+    if args.table.json {
         #[derive(Serialize)]
         #[serde(untagged)]
         enum Listed<'a> {

@@ -13,49 +13,12 @@ use nix::sys::stat::{Mode, fchmod};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::print_line;
-use crate::cli::{MAN_PAGES, ManArgs};
+use crate::cli::{ManArgs, man_pages};
 use crate::exit::{Done, Failure, fail};
 
-/// Every page, by file name.
-pub(crate) const PAGES: &[(&str, &str)] = &[
-    ("redlock.1", include_str!("../../man/redlock.1")),
-    (
-        "redlock-acquire.1",
-        include_str!("../../man/redlock-acquire.1"),
-    ),
-    ("redlock-check.1", include_str!("../../man/redlock-check.1")),
-    (
-        "redlock-completions.1",
-        include_str!("../../man/redlock-completions.1"),
-    ),
-    (
-        "redlock-doctor.1",
-        include_str!("../../man/redlock-doctor.1"),
-    ),
-    (
-        "redlock-extend.1",
-        include_str!("../../man/redlock-extend.1"),
-    ),
-    (
-        "redlock-history.1",
-        include_str!("../../man/redlock-history.1"),
-    ),
-    (
-        "redlock-inspect.1",
-        include_str!("../../man/redlock-inspect.1"),
-    ),
-    ("redlock-list.1", include_str!("../../man/redlock-list.1")),
-    ("redlock-man.1", include_str!("../../man/redlock-man.1")),
-    (
-        "redlock-metrics.1",
-        include_str!("../../man/redlock-metrics.1"),
-    ),
-    (
-        "redlock-release.1",
-        include_str!("../../man/redlock-release.1"),
-    ),
-    ("redlock-run.1", include_str!("../../man/redlock-run.1")),
-];
+// Every page, by file name: `PAGES`, the files of `man/` (build.rs lists them; a test checks
+// that they are what clap's tree generates today).
+include!(concat!(env!("OUT_DIR"), "/man_pages.rs"));
 
 pub(super) fn run(args: &ManArgs) -> anyhow::Result<Done> {
     if let Some(root) = &args.install {
@@ -74,7 +37,7 @@ pub(super) fn run(args: &ManArgs) -> anyhow::Result<Done> {
                 format!(
                     "no manual page for '{}'; the pages are {}",
                     args.command.as_deref().unwrap_or_default().escape_debug(),
-                    MAN_PAGES.join(", ")
+                    man_pages().join(", ")
                 ),
             )
         })?;
@@ -176,7 +139,7 @@ mod tests {
     /// The names `man` lists and completion offers are exactly the pages built in.
     #[test]
     fn every_page_is_named_and_every_name_has_a_page() {
-        let mut files: Vec<String> = MAN_PAGES
+        let mut files: Vec<String> = man_pages()
             .iter()
             .map(|command| format!("redlock-{command}.1"))
             .chain(["redlock.1".to_owned()])

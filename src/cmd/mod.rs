@@ -39,7 +39,7 @@ use output::{
     narrow, narrow_table, print_json, print_line, rfc3339, table, warn_unread_locks,
     warn_unreadable, wrapped, write_stdout,
 };
-use request::{ask, busy, lock_name, named};
+use request::{ask, busy, lock_name, named, named_lock};
 
 /// Runs the parsed command line.
 pub(crate) fn dispatch(cli: Cli, inherited: Inherited) -> anyhow::Result<Done> {

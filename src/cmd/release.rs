@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Context, describe, lock_name, named, print_line, warn_unreadable};
+use super::{Context, describe, named_lock, print_line, warn_unreadable};
 use crate::acquire::Kept;
 use crate::cli::ReleaseArgs;
 use crate::exit::{Done, Failure, fail};
@@ -10,11 +10,7 @@ use crate::lock::{Ending, Identity, Release, ReleaseRequest};
 use crate::store::{Forced, ReleaseBound};
 
 pub(super) fn run(context: &Context, args: &ReleaseArgs) -> anyhow::Result<Done> {
-    let name = lock_name(named(
-        args.key.as_deref(),
-        args.name.as_deref(),
-        &args.after_dashes,
-    )?)?;
+    let name = named_lock(&args.lock)?;
     let lock = context.lock(name);
     let key = lock.name.as_str();
     if args.force {

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 
 use super::{Context, describe};
 use crate::acquire::{Ask, Wait};
-use crate::cli::LockArgs;
+use crate::cli::{LockArgs, NameArgs};
 use crate::duration;
 use crate::exit::{Failure, fail};
 use crate::keys::LockName;
@@ -67,6 +67,15 @@ pub(super) fn quoted_words(words: &[OsString]) -> String {
 }
 
 /// The lock named by `--key`, which every JSON log line names from now on.
+/// The lock a command names (`NameArgs`): as the first word or as --key, once.
+pub(super) fn named_lock(args: &NameArgs) -> anyhow::Result<LockName> {
+    lock_name(named(
+        args.key.as_deref(),
+        args.name.as_deref(),
+        &args.after_dashes,
+    )?)
+}
+
 pub(super) fn lock_name(key: &str) -> anyhow::Result<LockName> {
     let name = LockName::new(key).context("--key")?;
     crate::log::set_key(name.as_str());
