@@ -14,7 +14,7 @@ runs alternate flock and redlock for --rounds rounds, pooling the gaps of each t
 
 Usage: cargo build --release --target x86_64-unknown-linux-musl
        python3 benches/flock_vs_redlock.py [--runs N] [--rounds N] [--redlock PATH]
-Measures the static musl build (the one released; README, "Install") unless --redlock names
+Measures the static musl build (the one released; docs/development.md, "Building") unless --redlock names
 another binary. Prints a Markdown table. Nothing here asserts; the numbers go into the README.
 """
 

@@ -529,25 +529,30 @@ fn readme_starts_with_two_commands_from_a_checkout() {
 
 /// README's install commands, exactly as written but for /usr/local (a directory of the test
 /// that only root may write) and the Redis URL, run by a throwaway user that has sudo, in its
-/// login shell: the release files' block of "From nothing", the tarball's, and the cargo user's (the binary
+/// login shell: the release files' block of "From nothing", the tarball's, and the cargo user's
+/// (docs/development.md; the binary
 /// `cargo install` would build placed in its ~/.cargo/bin: the user has no toolchain).
 #[test]
 fn readme_install_commands_work_for_a_user_with_sudo() {
     let readme = read(&Path::new(ROOT).join("README.md"));
+    let development = read(&Path::new(ROOT).join("docs/development.md"));
     // The forms that fail under sudo: rustup's cargo with root's HOME, redlock not on sudo's
-    // PATH. No command in the README uses them.
-    for block in readme.split("```sh\n").skip(1) {
+    // PATH. No command in the README or docs/development.md uses them.
+    for block in [&readme, &development]
+        .into_iter()
+        .flat_map(|text| text.split("```sh\n").skip(1))
+    {
         let block = &block[..block.find("```").unwrap()];
         for wrong in ["sudo ~/.cargo/bin/cargo", "sudo cargo", "sudo redlock "] {
             assert!(
                 !block.contains(wrong),
-                "README still says `{wrong}`:\n{block}"
+                "the docs still say `{wrong}`:\n{block}"
             );
         }
     }
     let lead = readme_block(&readme, "For the hosts that run the job, the release files");
     let tarball = readme_block(&readme, "**From the release tarball**");
-    let cargo = readme_block(&readme, "**With cargo**");
+    let cargo = readme_block(&development, "**With cargo**");
     let file = format!("redlock-{VERSION}-x86_64-unknown-linux-musl.tar.gz");
     assert!(
         lead.contains(&file) && tarball.contains(&file),
@@ -1280,18 +1285,15 @@ fn crate_holds_what_the_build_needs() {
 
 /// The binary `cargo install` built from the packaged crate, unpacked (.ci/run installs it,
 /// as `cargo install redlock-cli` would, and names it in REDLOCK_CRATE_BINARY): it knows no
-/// commit (a crate is no checkout), and the README's second command from a clone takes a
-/// lock with it.
+/// commit (a crate is no checkout), and the README's second command from a clone (its first
+/// block) takes a lock with it.
 #[test]
 fn crate_installed_from_the_package_runs() {
     let readme = read(&Path::new(ROOT).join("README.md"));
-    let block = readme_block(&readme, "**From a clone**");
+    let block = readme_block(&readme, "## From nothing");
     let lines: Vec<&str> = block.lines().collect();
     assert_eq!(lines.len(), 2, "two commands from a clone:\n{block}");
-    assert!(
-        lines[0].starts_with("cargo install --locked --path . "),
-        "{block}"
-    );
+    assert_eq!(lines[0], "cargo install --locked --path .", "{block}");
     let Some(binary) = std::env::var_os("REDLOCK_CRATE_BINARY") else {
         dist::missing("REDLOCK_CRATE_BINARY is unset (.ci/run installs the packaged crate)");
         return;
