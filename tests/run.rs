@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::util::{RedisServer, Running, TempDir, alive, wait_for_file, wait_until, wall_ms};
+use crate::util::{
+    RedisServer, Running, TempDir, alive, processes_matching, wait_for_file, wait_until, wall_ms,
+};
 
 const HOLDERS: &str = "redlock:{job}:holders";
 const FENCE: &str = "redlock:{job}:fence";
@@ -1168,20 +1170,10 @@ fn a_hung_redis_delays_the_exit_after_the_command_by_a_second_at_most() {
 /// the background. The marker is a duration no other test uses; redlock's own processes carry
 /// it in their arguments too, which is why argv[0] is checked.
 fn sleepers(marker: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                let mut words = cmdline.split(|&byte| byte == 0);
-                words.next() == Some(b"sleep".as_slice())
-                    && words.any(|word| word == marker.as_bytes())
-            })
-        })
-        .filter(|&pid| alive(pid))
-        .collect()
+    processes_matching(|words| {
+        words.first() == Some(&b"sleep".as_slice())
+            && words[1..].iter().any(|word| *word == marker.as_bytes())
+    })
 }
 
 /// A `sleep` duration no other process has: the marker of one test's background worker.

@@ -104,25 +104,15 @@ impl Probe {
     /// namespace logs the pid it has there).
     pub(super) fn alive(&self) -> Vec<u32> {
         let dir = self.dir.path().display().to_string();
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                    // `python3 -c PROBE DIR HOLD`, python3 by whatever path it was found
-                    // (redlock's own processes carry the same words further on).
-                    let words: Vec<&[u8]> = cmdline.split(|&byte| byte == 0).collect();
-                    words
-                        .first()
-                        .is_some_and(|first| first.ends_with(b"python3"))
-                        && words.get(1) == Some(&b"-c".as_slice())
-                        && words.get(3) == Some(&dir.as_bytes())
-                })
-            })
-            .filter(|&pid| crate::util::alive(pid))
-            .collect()
+        crate::util::processes_matching(|words| {
+            // `python3 -c PROBE DIR HOLD`, python3 by whatever path it was found
+            // (redlock's own processes carry the same words further on).
+            words
+                .first()
+                .is_some_and(|first| first.ends_with(b"python3"))
+                && words.get(1) == Some(&b"-c".as_slice())
+                && words.get(3) == Some(&dir.as_bytes())
+        })
     }
 
     /// Waits until `count` probes have started, at most `limit`.

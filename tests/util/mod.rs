@@ -632,6 +632,25 @@ pub fn send_signal(pid: u32, name: &str) {
     nix::sys::signal::kill(pid, signal).unwrap_or_else(|err| panic!("kill -{name} {pid}: {err}"));
 }
 
+/// The live processes (not zombies) whose command line, split into its words, satisfies
+/// `matches`: how a test finds the processes it started without their pids (a worker of a
+/// worker, a probe in a PID namespace), by a marker only they carry.
+pub fn processes_matching(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let words: Vec<&[u8]> = cmdline.split(|&byte| byte == 0).collect();
+                matches(&words)
+            })
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
 /// Whether process `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
