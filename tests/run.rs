@@ -1171,8 +1171,7 @@ fn a_hung_redis_delays_the_exit_after_the_command_by_a_second_at_most() {
 /// it in their arguments too, which is why argv[0] is checked.
 fn sleepers(marker: &str) -> Vec<u32> {
     processes_matching(|words| {
-        words.first() == Some(&b"sleep".as_slice())
-            && words[1..].iter().any(|word| *word == marker.as_bytes())
+        words.first() == Some(&b"sleep".as_slice()) && words[1..].contains(&marker.as_bytes())
     })
 }
 
