@@ -9,10 +9,9 @@
 //! Redis or from another user (lock names, holders' commands) passes through [`printable`]
 //! first, so that it cannot drive the reader's terminal.
 
-#![allow(unsafe_code)]
-
 use std::fmt::Display;
 use std::io::Write as _;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::sync::OnceLock;
 
 /// How lines are written.
@@ -144,33 +143,34 @@ pub(crate) fn redraw(text: &str) {
 
 /// The width of the terminal on stderr, if stderr is one.
 pub(crate) fn terminal_width() -> Option<usize> {
-    columns_of(2)
+    columns_of(std::io::stderr().as_fd())
 }
 
 /// The width of the terminal on stdout, if stdout is one (tables fit it).
 pub(crate) fn stdout_terminal_width() -> Option<usize> {
-    columns_of(1)
+    columns_of(std::io::stdout().as_fd())
 }
 
 /// The width of the terminal on stdout, stderr or stdin, the first that is one: what help is
 /// wrapped to. (clap asks too, but takes nothing from a terminal that reports no rows, as
 /// `script` and some consoles do, and then wraps at 100 whatever the width.)
 pub(crate) fn any_terminal_width() -> Option<usize> {
-    [1, 2, 0].into_iter().find_map(columns_of)
+    [
+        std::io::stdout().as_fd(),
+        std::io::stderr().as_fd(),
+        std::io::stdin().as_fd(),
+    ]
+    .into_iter()
+    .find_map(columns_of)
 }
 
-/// The columns of the terminal on descriptor `fd`, if it is one that knows its width (the one
-/// place redlock asks a terminal its size; anything else, a pipe or a file, fails the ioctl).
-fn columns_of(fd: i32) -> Option<usize> {
-    let mut size = nix::libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one `winsize` to the pointer, which points to one.
-    let asked = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCGWINSZ, &raw mut size) };
-    (asked == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+/// The columns of the terminal on `fd`, if it is one that knows its width (the one place
+/// redlock asks a terminal its size; anything else, a pipe or a file, fails TIOCGWINSZ). Asked
+/// through rustix, already linked for clap's terminal_size: its own `terminal_size` would
+/// refuse a terminal that reports no rows, which redlock still wants the width of.
+fn columns_of(fd: BorrowedFd<'_>) -> Option<usize> {
+    let size = rustix::termios::tcgetwinsize(fd).ok()?;
+    (size.ws_col > 0).then_some(usize::from(size.ws_col))
 }
 
 /// Whether `c` sets, overrides or isolates the direction of the text around it (Unicode's
