@@ -585,17 +585,45 @@ impl Running {
             std::thread::sleep(Duration::from_millis(5));
         };
         let elapsed = self.started.elapsed();
-        let output = child.wait_with_output().expect("collect output");
+        let status = child.wait().expect("reap redlock");
+        // Read on threads, within a bound: a process redlock left behind (a command's child it
+        // failed to stop) keeps the pipes open, and reading them to the end would never end.
+        let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut text);
+                }
+                let _ = sender.send(text);
+            });
+            receiver
+        };
+        let stdout = read(child.stdout.take().map(|pipe| Box::new(pipe) as Box<_>));
+        let stderr = read(child.stderr.take().map(|pipe| Box::new(pipe) as Box<_>));
+        let bound = Instant::now() + Duration::from_secs(10);
+        let mut held_open = false;
+        let mut collect = |receiver: std::sync::mpsc::Receiver<Vec<u8>>| {
+            let left = bound.saturating_duration_since(Instant::now());
+            let text = receiver.recv_timeout(left).unwrap_or_else(|_| {
+                held_open = true;
+                Vec::new()
+            });
+            String::from_utf8_lossy(&text).into_owned()
+        };
         let output = Output {
             argv: std::mem::take(&mut self.argv),
-            status: output.status,
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            status,
+            stdout: collect(stdout),
+            stderr: collect(stderr),
             elapsed,
             server_log: self.server_log.take(),
         };
         if !finished {
             output.fail(&format!("did not exit within {limit:?}"));
+        }
+        if held_open {
+            output.fail("exited, but a process it left behind still holds its stdout or stderr");
         }
         output
     }
