@@ -187,80 +187,11 @@ impl<'a> Acquirer<'a> {
         })
     }
 
-    /// The outcome of a machine that ended: the lock taken, or the queue left (bounded) and
-    /// who holds the lock.
-    fn conclude_queue(mut self, ended: Ended) -> Outcome {
-        match ended {
-            Ended::Took {
-                lease,
-                confirmed,
-                kept,
-            } => {
-                self.waiting.status.acquired();
-                Outcome::Acquired(Held {
-                    lease,
-                    confirmed,
-                    answered: BootInstant::now(),
-                    kept,
-                    worker: self.worker,
-                })
-            }
-            Ended::Busy { holder, now, stale } => {
-                if let Some(left) = self.give_up() {
-                    self.log.warn(format_args!("{left}"));
-                }
-                // The last answer may be long past (a blocked wait reads nothing): who holds
-                // the lock is read again, after leaving the queue.
-                let (holder, now) = match stale {
-                    true => self.holder_now().unwrap_or((holder, now)),
-                    false => (holder, now),
-                };
-                Outcome::Busy { holder, now }
-            }
-            Ended::Interrupted(signal) => {
-                if let Some(left) = self.give_up() {
-                    self.log.warn(format_args!("{left}"));
-                }
-                Outcome::Interrupted(signal)
-            }
-        }
-    }
-
-    /// The error of a machine that failed, with what could not be cleaned up in its one line.
-    fn failed_queue(&mut self, err: anyhow::Error) -> anyhow::Error {
-        match (self.give_up(), failure_of(&err)) {
-            (Some(left), Some(failure)) => fail(failure, format!("{err:#}; {left}")),
-            (Some(left), None) => {
-                self.log.warn(format_args!("{left}"));
-                err
-            }
-            (None, _) => err,
-        }
-    }
-
-    fn start_queue(&mut self) {
-        let call = if self.reentering {
-            Call::Fail
-        } else {
-            self.first_call()
-        };
-        self.call(call, None);
-    }
-
     fn first_call(&self) -> Call {
         if self.ask.wait == Wait::No {
             Call::Fail
         } else {
             Call::Join
-        }
-    }
-
-    /// The next instant the machine must look at the clock (the loop adds the end of the wait
-    /// and the status line's redraws).
-    fn next_instant(&self) -> Option<BootInstant> {
-        match (self.call_at, self.reply_by) {
-            (Some(call_at), Some(reply_by)) => Some(call_at.min(reply_by)),
-            (at, None) | (None, at) => at,
         }
     }
 
@@ -293,7 +224,34 @@ impl<'a> Acquirer<'a> {
         Ok(None)
     }
 
-    fn on_clock(&mut self) -> anyhow::Result<Option<Ended>> {
+    fn past_deadline(&self) -> bool {
+        self.waiting.past_deadline()
+    }
+}
+
+impl<'a> Machine<'a> for Acquirer<'a> {
+    type Reply = Reply;
+
+    fn waiting(&mut self) -> &mut Waiting<'a, Reply> {
+        &mut self.waiting
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        let call = if self.reentering {
+            Call::Fail
+        } else {
+            self.first_call()
+        };
+        self.call(call, None);
+        Ok(())
+    }
+
+    /// A reply: see `events`.
+    fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<Ended>> {
+        self.on_answer(reply)
+    }
+
+    fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
         if self.reply_by.is_some_and(|by| BootInstant::now() >= by) {
             // The worker went quiet beyond every timeout it has (a name lookup that hangs):
             // abandon it with its request, and carry on with a fresh one.
@@ -352,40 +310,63 @@ impl<'a> Acquirer<'a> {
         Ok(None)
     }
 
-    fn past_deadline(&self) -> bool {
-        self.waiting.past_deadline()
-    }
-}
-
-impl<'a> Machine<'a> for Acquirer<'a> {
-    type Reply = Reply;
-
-    fn waiting(&mut self) -> &mut Waiting<'a, Reply> {
-        &mut self.waiting
-    }
-
-    fn start(&mut self) -> anyhow::Result<()> {
-        self.start_queue();
-        Ok(())
-    }
-
-    fn on_reply(&mut self, reply: Reply) -> anyhow::Result<Option<Ended>> {
-        self.on_answer(reply)
-    }
-
-    fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
-        self.on_clock()
-    }
-
+    /// The next instant the machine must look at the clock (the loop adds the end of the wait
+    /// and the status line's redraws).
     fn wake_at(&self) -> Option<BootInstant> {
-        self.next_instant()
+        match (self.call_at, self.reply_by) {
+            (Some(call_at), Some(reply_by)) => Some(call_at.min(reply_by)),
+            (at, None) | (None, at) => at,
+        }
     }
 
-    fn conclude(self, ended: Ended) -> Outcome {
-        self.conclude_queue(ended)
+    /// The outcome of a machine that ended: the lock taken, or the queue left (bounded) and
+    /// who holds the lock.
+    fn conclude(mut self, ended: Ended) -> Outcome {
+        match ended {
+            Ended::Took {
+                lease,
+                confirmed,
+                kept,
+            } => {
+                self.waiting.status.acquired();
+                Outcome::Acquired(Held {
+                    lease,
+                    confirmed,
+                    answered: BootInstant::now(),
+                    kept,
+                    worker: self.worker,
+                })
+            }
+            Ended::Busy { holder, now, stale } => {
+                if let Some(left) = self.give_up() {
+                    self.log.warn(format_args!("{left}"));
+                }
+                // The last answer may be long past (a blocked wait reads nothing): who holds
+                // the lock is read again, after leaving the queue.
+                let (holder, now) = match stale {
+                    true => self.holder_now().unwrap_or((holder, now)),
+                    false => (holder, now),
+                };
+                Outcome::Busy { holder, now }
+            }
+            Ended::Interrupted(signal) => {
+                if let Some(left) = self.give_up() {
+                    self.log.warn(format_args!("{left}"));
+                }
+                Outcome::Interrupted(signal)
+            }
+        }
     }
 
+    /// The error of a machine that failed, with what could not be cleaned up in its one line.
     fn failed(&mut self, err: anyhow::Error) -> anyhow::Error {
-        self.failed_queue(err)
+        match (self.give_up(), failure_of(&err)) {
+            (Some(left), Some(failure)) => fail(failure, format!("{err:#}; {left}")),
+            (Some(left), None) => {
+                self.log.warn(format_args!("{left}"));
+                err
+            }
+            (None, _) => err,
+        }
     }
 }
