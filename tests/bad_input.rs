@@ -877,6 +877,19 @@ fn an_acquisition_is_refused_for_a_user_who_could_not_read_to_let_go() {
     }
 }
 
+/// Waits until a waiter polls (it joined, and its block was refused: three script calls), then
+/// resets the server's counts and lets 3 s pass: the window the tests count calls over.
+fn counting_window_once_polling(server: &RedisServer) {
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .calls(&["evalsha", "eval"])
+            >= 3),
+        "the waiter never polled"
+    );
+    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
+    std::thread::sleep(Duration::from_secs(3));
+}
+
 /// A Redis user that may not block (no BLPOP) still waits, by looking at the lock twice a
 /// second, with one warning: never a loop of script calls.
 /// Repro: a BLPOP refused with an error reply (renamed away, as some hardened
@@ -894,16 +907,7 @@ fn a_waiter_whose_blpop_is_refused_polls_gently() {
     let waiter = server
         .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
         .spawn();
-    // Counted from the moment the waiter polls (it joined, and its block was refused).
-    assert!(
-        wait_until(Duration::from_secs(10), || server
-            .calls(&["evalsha", "eval"])
-            >= 3),
-        "the waiter never polled"
-    );
-    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
-    // The window the calls are counted over.
-    std::thread::sleep(Duration::from_secs(3));
+    counting_window_once_polling(&server);
     let connections = server.stat("total_connections_received");
     let scripts = server.calls(&["evalsha", "eval"]);
     // The test's own INFO connections count too.
@@ -935,16 +939,7 @@ fn a_waiter_denied_blpop_polls_gently() {
         .redlock(&["acquire", "--key", "k", "--ttl", "10s", "--wait", "30s"])
         .env("REDLOCK_URL", &url)
         .spawn();
-    // Counted from the moment the waiter polls (it joined, and its block was refused).
-    assert!(
-        wait_until(Duration::from_secs(10), || server
-            .calls(&["evalsha", "eval"])
-            >= 3),
-        "the waiter never polled"
-    );
-    server.cmd::<()>(&["CONFIG", "RESETSTAT"]);
-    // The window the calls are counted over.
-    std::thread::sleep(Duration::from_secs(3));
+    counting_window_once_polling(&server);
     let scripts = server.calls(&["evalsha", "eval"]);
     // Twice a second, and a few for a refused block now and then.
     assert!(scripts <= 12, "{scripts} script calls in 3 s");
