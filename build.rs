@@ -1,11 +1,14 @@
 //! Build script: tells `redlock --version` the git commit it was built from and the target it
 //! was built for (musl or glibc), and names each Lua script by its SHA-1 (`src/scripts.rs`).
-//! Std and `sha1_smol` only. The version part never fails: outside a git checkout of this repository (a
+//! Std only. The version part never fails: outside a git checkout of this repository (a
 //! source tarball, a crate from a registry) the commit is "unknown commit".
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "src/sha1.rs"]
+mod sha1;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
@@ -78,7 +81,8 @@ fn script_shas(manifest_dir: &Path) {
     for name in names {
         let mut body = prelude.clone();
         body.extend(read(&lua.join(&name)));
-        let sha = sha1_smol::Sha1::from(&body).digest().to_string();
+        let sha = sha1::sha1_hex(&body);
+        let sha = std::str::from_utf8(&sha).expect("hex digits are ASCII");
         writeln!(arms, "    ({name:?}) => {{ {sha:?} }};").expect("a String takes any text");
     }
     let text = format!("macro_rules! script_sha {{\n{arms}}}\n");

@@ -376,7 +376,7 @@ mod tests {
     use super::*;
 
     fn hex(data: &str) -> String {
-        sha1_smol::Sha1::from(data).digest().to_string()
+        String::from_utf8(crate::sha1::sha1_hex(data.as_bytes()).to_vec()).unwrap()
     }
 
     fn assert_names_match<I: Inputs>(script: &Script<I>, file: &str) {
