@@ -99,6 +99,18 @@ fn a_lock_is_held_on_every_master_and_released_everywhere() {
     assert_eq!(view["verdict"], "held");
     assert_eq!(view["fence"].as_u64(), Some(fence));
     assert_eq!(view["masters"].as_array().unwrap().len(), 5);
+    assert_eq!(view["majority"], 3);
+    // The same object as on one Redis: the holder as a majority has it, each master's too.
+    assert_eq!(view["state"], "held", "{view:#}");
+    assert_eq!(
+        view["holders"][0]["fence"].as_u64(),
+        Some(fence),
+        "{view:#}"
+    );
+    assert_eq!(
+        view["masters"][4]["lock"]["holders"][0]["fence"].as_u64(),
+        Some(fence)
+    );
     masters
         .redlock(&["inspect", "--key", "q"])
         .run()
@@ -327,12 +339,22 @@ fn list_metrics_and_inspect_show_each_lock_as_a_majority_has_it() {
         .redlock(&["inspect", "--key", "split", "--json"])
         .run();
     inspected.code(0);
-    assert_eq!(
-        inspected.json()["verdict"],
-        "contested",
-        "{}",
-        inspected.stdout
-    );
+    let split = inspected.json();
+    assert_eq!(split["verdict"], "contested", "{split:#}");
+    assert_eq!(split["state"], "contested", "{split:#}");
+    assert_eq!(split["holders"], serde_json::json!([]), "{split:#}");
+    // The last run as the masters agree on it, as `list` shows it.
+    let ran = masters
+        .redlock(&["inspect", "--key", "ran", "--json"])
+        .run();
+    ran.code(1);
+    assert_eq!(ran.json()["last_run"]["exit"], 0, "{}", ran.stdout);
+    masters
+        .redlock(&["inspect", "--key", "ran"])
+        .run()
+        .code(1)
+        .stdout_contains("free on 3 of 3 masters")
+        .stdout_contains("exit 0");
     masters
         .redlock(&["inspect", "--key", "leftover"])
         .run()

@@ -1,5 +1,7 @@
-//! `redlock inspect`: one lock's state as a table or as JSON. The JSON shape is a documented
-//! contract (docs/reference.md "JSON output"); `list --json` prints an array of the same objects.
+//! `redlock inspect`: one lock's state as a table or as JSON, whatever the store read it from
+//! (a [`View`]: the lock, how it stands, and over a quorum each master's view, shown when there
+//! are masters). The JSON shape is a documented contract (docs/reference.md "JSON output");
+//! `list --json` prints an array of the same objects.
 
 use serde::Serialize;
 
@@ -14,28 +16,39 @@ use super::{
 use crate::cli::InspectArgs;
 use crate::duration;
 use crate::exit::{Done, Failure};
-use crate::lock::{Lock, LockState};
-use crate::store::{QuorumView, Verdict, View};
+use crate::lock::LockState;
+use crate::store::{Masters, Verdict, View};
 
 pub(super) fn run(context: &Context, args: &InspectArgs) -> anyhow::Result<Done> {
     super::fit_tables_to_terminal(args.table.wide);
     let name = named_lock(&args.lock)?;
-    let lock = context.lock(name);
-    let state = match context.store.inspect(&lock, context.log)? {
-        View::One(state) => *state,
-        View::Quorum(view) => return show_quorum(context, &lock, &view, args),
-    };
-    warn_unreadable(context, &state.unreadable);
+    let view = context.store.inspect(&context.lock(name), context.log)?;
+    warn_unreadable(context, &view.state.unreadable);
     if args.table.json {
-        print_json(&serde_json::to_string_pretty(&LockView::new(&state))?)?;
+        print_json(&serde_json::to_string_pretty(&InspectView::new(&view))?)?;
     } else {
-        show(&state)?;
+        show(&view)?;
     }
-    Ok(if state.holder_count == 0 {
-        Done::Reported(Failure::Free)
-    } else {
-        Done::Success
+    Ok(match view.verdict {
+        Verdict::Free => Done::Reported(Failure::Free),
+        Verdict::Held | Verdict::Contested => Done::Success,
     })
+}
+
+/// The lock in JSON: the object `list --json` prints, its `state` the verdict, and over a
+/// quorum the majority and each master's view.
+#[derive(Serialize)]
+struct InspectView<'a> {
+    #[serde(flatten)]
+    lock: LockView<'a>,
+    /// Quorum mode: the same as `state` (`held`, `free` or `contested`), as earlier versions
+    /// printed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    majority: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    masters: Option<Vec<MasterView<'a>>>,
 }
 
 /// One master's view, in JSON (quorum mode).
@@ -48,90 +61,69 @@ struct MasterView<'a> {
     error: Option<String>,
 }
 
-/// The lock over a quorum, in JSON.
-#[derive(Serialize)]
-struct QuorumJson<'a> {
-    key: &'a str,
-    /// `held` (one holder's fence on a majority), `free` (no live holder on a majority) or
-    /// `contested` (neither: nobody can take it until leases run out).
-    verdict: &'static str,
-    /// The fence held on a majority, when held.
-    fence: Option<u64>,
-    majority: usize,
-    masters: Vec<MasterView<'a>>,
+impl<'a> InspectView<'a> {
+    fn new(view: &'a View) -> Self {
+        let masters = view.masters.as_ref();
+        Self {
+            lock: LockView::new(&view.state).standing(view.verdict.as_str()),
+            verdict: masters.map(|_| view.verdict.as_str()),
+            majority: masters.map(|masters| masters.majority),
+            masters: masters.map(|masters| {
+                masters
+                    .each
+                    .iter()
+                    .map(|(url, state)| MasterView {
+                        url,
+                        lock: state.as_ref().ok().map(LockView::new),
+                        error: state.as_ref().err().map(|err| format!("{err:#}")),
+                    })
+                    .collect()
+            }),
+        }
+    }
 }
 
-/// `inspect` in quorum mode: each master's view and the majority's verdict.
-fn show_quorum(
-    context: &Context,
-    lock: &Lock,
-    view: &QuorumView,
-    args: &InspectArgs,
-) -> anyhow::Result<Done> {
-    let states: Vec<&LockState> = view
-        .masters
-        .iter()
-        .filter_map(|(_, state)| state.as_ref().ok())
-        .collect();
-    for state in &states {
-        warn_unreadable(context, &state.unreadable);
-    }
-    if args.table.json {
-        let masters = view
-            .masters
-            .iter()
-            .map(|(url, state)| MasterView {
-                url,
-                lock: state.as_ref().ok().map(LockView::new),
-                error: state.as_ref().err().map(|err| format!("{err:#}")),
-            })
-            .collect();
-        print_json(&serde_json::to_string_pretty(&QuorumJson {
-            key: lock.name.as_str(),
-            verdict: view.verdict.as_str(),
-            fence: view.fence,
-            majority: view.majority,
-            masters,
-        })?)?;
-    } else {
-        show_quorum_text(lock, view, &states)?;
-    }
-    Ok(if view.verdict == Verdict::Free {
-        Done::Reported(Failure::Free)
-    } else {
-        Done::Success
-    })
-}
-
-/// The verdict, the holders of the fence held on a majority, and a line per master.
-fn show_quorum_text(lock: &Lock, view: &QuorumView, states: &[&LockState]) -> anyhow::Result<()> {
-    let key = printable(lock.name.as_str());
-    let (count, majority) = (view.masters.len(), view.majority);
-    let holding = |fence: u64| {
-        states
-            .iter()
-            .filter(move |state| state.holders.iter().any(|holder| holder.fence == fence))
+/// The line that says how the lock stands: on one Redis held (how) or free, with its last
+/// fence; over a quorum on how many masters, against the majority.
+fn headline(view: &View) -> String {
+    let state = &view.state;
+    let key = printable(state.name.as_str());
+    let Some(Masters { majority, each }) = &view.masters else {
+        let last_fence = state
+            .last_fence
+            .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
+        return match view.verdict {
+            Verdict::Free => format!("{key}: free (last fence: {last_fence})"),
+            _ => format!(
+                "{key}: held ({}), last fence: {last_fence}",
+                mode_summary(state)
+            ),
+        };
     };
-    match (view.verdict, view.fence) {
-        (_, Some(fence)) => print_line(format_args!(
-            "{key}: held on {} of {count} masters (a majority is {majority}), fence {fence}",
-            holding(fence).count(),
-        ))?,
-        (Verdict::Free, None) => print_line(format_args!(
-            "{key}: free on {} of {count} masters (a majority is {majority})",
-            states
-                .iter()
-                .filter(|state| state.holder_count == 0)
+    let count = each.len();
+    let answered = || each.iter().filter_map(|(_, state)| state.as_ref().ok());
+    match (view.verdict, state.holders.first()) {
+        (Verdict::Held, Some(holder)) => format!(
+            "{key}: held on {} of {count} masters (a majority is {majority}), fence {}",
+            answered()
+                .filter(|master| master.holders.iter().any(|h| h.fence == holder.fence))
                 .count(),
-        ))?,
-        _ => print_line(format_args!(
+            holder.fence,
+        ),
+        (Verdict::Free, _) => format!(
+            "{key}: free on {} of {count} masters (a majority is {majority})",
+            answered().filter(|master| master.holder_count == 0).count(),
+        ),
+        _ => format!(
             "{key}: contested: no holder on a majority and not free on a majority; it is taken again when leases run out"
-        ))?,
+        ),
     }
-    if let Some(state) = view.fence.and_then(|fence| holding(fence).next()) {
-        print_line(holders_table(state))?;
-    }
-    for (url, state) in &view.masters {
+}
+
+/// Each master's line (quorum mode): free, held (how, by which fences), or why it did not
+/// answer.
+fn master_lines(masters: &Masters) -> anyhow::Result<()> {
+    for (url, state) in &masters.each {
         let line = match state {
             Ok(state) if state.holder_count == 0 => "free".to_owned(),
             Ok(state) => {
@@ -220,61 +212,52 @@ fn waiters_table(state: &LockState) -> String {
     table(&rows)
 }
 
-/// One lock's state as text.
-fn show(state: &LockState) -> anyhow::Result<()> {
-    {
-        let key = printable(state.name.as_str());
-        let last_fence = state
-            .last_fence
-            .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
-        // (Holders whose records cannot be read are counted, not listed.)
-        match state.holder_count {
-            0 => print_line(format_args!("{key}: free (last fence: {last_fence})"))?,
-            _ => {
-                print_line(format_args!(
-                    "{key}: held ({}), last fence: {last_fence}",
-                    mode_summary(state)
-                ))?;
-                if !state.holders.is_empty() {
-                    print_line(holders_table(state))?;
-                }
-                for holder in state.holders.iter().filter(|holder| holder.over) {
-                    let left = duration::display(elapsed(state.now, holder.exp));
-                    // (A terminal's narrow view gives times relative, as its tables do.)
-                    let line = match super::narrow() {
-                        true => format!(
-                            "the run of pid {} has ended; its minimum hold keeps the lock {left} more",
-                            holder.who.pid
-                        ),
-                        false => format!(
-                            "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({left} from now)",
-                            holder.who.pid,
-                            rfc3339(holder.exp)
-                        ),
-                    };
-                    print_line(super::wrapped("", &line, 2))?;
-                }
-                if state.holder_count > state.holders.len() && !state.holders.is_empty() {
-                    print_line(format_args!(
-                        "... and {} more holders",
-                        state.holder_count - state.holders.len()
-                    ))?;
-                }
-            }
-        }
-        if !state.waiters.is_empty() {
-            print_line(waiters_table(state))?;
-        }
-        if state.queue_length > state.waiters.len() {
-            print_line(format_args!(
-                "{} entries in the queue; the first {} live waiters are shown",
-                state.queue_length,
-                state.waiters.len()
-            ))?;
-        }
-        if let Some(entry) = &state.last_run {
-            print_line(last_run_line(entry, state.now))?;
-        }
+/// The lock as text: how it stands, its holders, those kept for a minimum hold, its queue,
+/// each master's view over a quorum, and its last run.
+fn show(view: &View) -> anyhow::Result<()> {
+    let state = &view.state;
+    print_line(headline(view))?;
+    if !state.holders.is_empty() {
+        print_line(holders_table(state))?;
+    }
+    for holder in state.holders.iter().filter(|holder| holder.over) {
+        let left = duration::display(elapsed(state.now, holder.exp));
+        // (A terminal's narrow view gives times relative, as its tables do.)
+        let line = match super::narrow() {
+            true => format!(
+                "the run of pid {} has ended; its minimum hold keeps the lock {left} more",
+                holder.who.pid
+            ),
+            false => format!(
+                "the run of pid {} has ended; the lock is kept for its minimum hold until {} ({left} from now)",
+                holder.who.pid,
+                rfc3339(holder.exp)
+            ),
+        };
+        print_line(super::wrapped("", &line, 2))?;
+    }
+    // (Holders whose records cannot be read are counted, not listed.)
+    if state.holder_count > state.holders.len() && !state.holders.is_empty() {
+        print_line(format_args!(
+            "... and {} more holders",
+            state.holder_count - state.holders.len()
+        ))?;
+    }
+    if !state.waiters.is_empty() {
+        print_line(waiters_table(state))?;
+    }
+    if state.queue_length > state.waiters.len() {
+        print_line(format_args!(
+            "{} entries in the queue; the first {} live waiters are shown",
+            state.queue_length,
+            state.waiters.len()
+        ))?;
+    }
+    if let Some(masters) = &view.masters {
+        master_lines(masters)?;
+    }
+    if let Some(entry) = &state.last_run {
+        print_line(last_run_line(entry, state.now))?;
     }
     Ok(())
 }

@@ -128,6 +128,14 @@ impl<'a> LockView<'a> {
     }
 }
 
+impl LockView<'_> {
+    /// The view with `state` for how the lock stands (`inspect`: a quorum's verdict may be
+    /// `contested`).
+    pub(super) fn standing(self, state: &'static str) -> Self {
+        Self { state, ..self }
+    }
+}
+
 /// The lock's mode as a whole: exclusive if anyone holds it exclusively.
 fn lock_mode(state: &LockState) -> Option<&str> {
     state

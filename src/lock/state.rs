@@ -29,7 +29,7 @@ pub struct Denied {
 }
 
 /// A lock's state at one instant of the server's clock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LockState {
     pub name: LockName,
     /// Server time of the reading (Unix ms).

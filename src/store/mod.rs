@@ -22,7 +22,7 @@ use crate::lock::{Ending, Lock, Release, ReleaseRequest, Replicas, Scope, Token,
 use crate::lock::{HistoryEntry, Holder, LockState, Unreadable};
 use crate::log::Log;
 use crate::signals::Signals;
-pub(crate) use quorum::{OneRedisOnly, Quorum, QuorumView, Verdict, check_count, transient};
+pub(crate) use quorum::{OneRedisOnly, Quorum, check_count, transient};
 
 /// A renewal: reset the lease of `token` to `ttl`, confirmed by `replicas` if asked, each
 /// request within `timeout`.
@@ -75,10 +75,44 @@ pub(crate) enum Store {
     Quorum(Arc<Quorum>),
 }
 
-/// What `inspect` saw.
-pub(crate) enum View {
-    One(Box<LockState>),
-    Quorum(QuorumView),
+/// One lock as `inspect` reads it, whatever the store: the lock as its Redis has it, or as a
+/// majority of masters has it (the reading `list` shows: the holders a majority has, the
+/// highest fence, the run the masters agree on), how it stands, and over a quorum what each
+/// master said. A command renders the parts there are; it never asks which store read them.
+pub(crate) struct View {
+    pub(crate) state: LockState,
+    pub(crate) verdict: Verdict,
+    /// Over a quorum: how many masters make a majority, and each master's own view.
+    pub(crate) masters: Option<Masters>,
+}
+
+/// What each master of a quorum said of one lock.
+pub(crate) struct Masters {
+    pub(crate) majority: usize,
+    /// Each master as shown to people, and its view (or why it did not answer).
+    pub(crate) each: Vec<(String, anyhow::Result<LockState>)>,
+}
+
+/// How a lock stands: on one Redis held or free; over a quorum what a majority of masters
+/// says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Held (over a quorum: one holder's fence on a majority).
+    Held,
+    /// No live holder (over a quorum: on a majority).
+    Free,
+    /// Over a quorum, neither: nobody can take it until leases run out.
+    Contested,
+}
+
+impl Verdict {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Held => "held",
+            Verdict::Free => "free",
+            Verdict::Contested => "contested",
+        }
+    }
 }
 
 /// The locks under a prefix (held, or with a history too: [`Scope`]), each once.
@@ -229,10 +263,18 @@ impl Store {
     /// or each master's and the verdict.
     pub(crate) fn inspect(&self, lock: &Lock, log: Log) -> anyhow::Result<View> {
         match self {
-            Store::One(target) => Ok(View::One(Box::new(
-                lock.inspect(&mut connect(target, log)?)?,
-            ))),
-            Store::Quorum(quorum) => quorum.view(lock).map(View::Quorum),
+            Store::One(target) => {
+                let state = lock.inspect(&mut connect(target, log)?)?;
+                Ok(View {
+                    verdict: match state.holder_count {
+                        0 => Verdict::Free,
+                        _ => Verdict::Held,
+                    },
+                    state,
+                    masters: None,
+                })
+            }
+            Store::Quorum(quorum) => quorum.view(lock),
         }
     }
 

@@ -24,7 +24,7 @@ mod rounds;
 
 use fan_out::{Master, WithContextOf};
 
-pub(crate) use reads::{OneRedisOnly, QuorumView, Verdict, refusal};
+pub(crate) use reads::{OneRedisOnly, refusal};
 pub(super) use rounds::Rounds;
 
 /// N independent masters (N odd, at least 3).

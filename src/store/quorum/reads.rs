@@ -8,6 +8,7 @@ use crate::lock::{HistoryEntry, Holder, Lock, LockState, Scope, Unreadable, list
 use crate::log::Log;
 
 use super::{Quorum, WithContextOf as _};
+use crate::store::{Masters, Verdict, View};
 
 impl Quorum {
     /// Removes every holder on every master; the holders evicted (each once) and a master's
@@ -46,9 +47,9 @@ impl Quorum {
         Ok((now, evicted, unreadable, Self::failures(&replies)))
     }
 
-    /// Each master's view of the lock and the majority's verdict; an error when fewer than a
-    /// majority answered and no verdict can be had.
-    pub(crate) fn view(&self, lock: &Lock) -> anyhow::Result<QuorumView> {
+    /// The lock as a majority of masters has it, the majority's verdict and each master's
+    /// view; an error when fewer than a majority answered and no verdict can be had.
+    pub(crate) fn view(&self, lock: &Lock) -> anyhow::Result<View> {
         let lock = lock.clone();
         let views = self.fan_out(self.request_timeout, move |session| lock.inspect(session));
         let majority = self.majority();
@@ -57,10 +58,7 @@ impl Quorum {
             .iter()
             .filter(|state| state.holder_count == 0)
             .count();
-        let fence = majority_holders(&states, majority)
-            .first()
-            .map(|(holder, _)| holder.fence);
-        let verdict = if fence.is_some() {
+        let verdict = if !majority_holders(&states, majority).is_empty() {
             Verdict::Held
         } else if free >= majority {
             Verdict::Free
@@ -69,11 +67,14 @@ impl Quorum {
         } else {
             Verdict::Contested
         };
-        Ok(QuorumView {
+        let (state, _) = merged(states.into_iter().cloned().collect(), majority);
+        Ok(View {
+            state,
             verdict,
-            fence,
-            majority,
-            masters: self.shown().into_iter().zip(views).collect(),
+            masters: Some(Masters {
+                majority,
+                each: self.shown().into_iter().zip(views).collect(),
+            }),
         })
     }
 
@@ -332,37 +333,6 @@ fn told(entry: &HistoryEntry) -> u8 {
 pub(crate) enum OneRedisOnly {
     Replicas,
     Limit,
-}
-
-/// The lock over a quorum: each master's view and the majority's verdict.
-pub(crate) struct QuorumView {
-    pub(crate) verdict: Verdict,
-    /// The fence held on a majority, when held.
-    pub(crate) fence: Option<u64>,
-    pub(crate) majority: usize,
-    /// Each master as shown to people, and its view (or why it did not answer).
-    pub(crate) masters: Vec<(String, anyhow::Result<LockState>)>,
-}
-
-/// What a majority of masters says of a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// One holder's fence on a majority.
-    Held,
-    /// No live holder on a majority.
-    Free,
-    /// Neither: nobody can take it until leases run out.
-    Contested,
-}
-
-impl Verdict {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Held => "held",
-            Verdict::Free => "free",
-            Verdict::Contested => "contested",
-        }
-    }
 }
 
 /// Why quorum mode refuses `flag`.
