@@ -40,9 +40,11 @@ pub(crate) trait Machine<'a> {
     fn on_time(&mut self) -> anyhow::Result<Option<Ended>>;
     /// The next instant the machine must look at the clock, if any.
     fn wake_at(&self) -> Option<BootInstant>;
-    /// The outcome of a machine that ended: the lock taken, or what was given up (bounded) and
+    /// The lock taken: the worker its hold's requests go on (the rest of the machine ends).
+    fn into_worker(self) -> Worker;
+    /// The outcome of a machine that ended without the lock: what was given up (bounded), and
     /// who holds the lock.
-    fn conclude(self, ended: Ended) -> Outcome;
+    fn conclude(self, missed: Missed) -> Outcome;
     /// The error of a machine that failed, with what could not be cleaned up.
     fn failed(&mut self, err: anyhow::Error) -> anyhow::Error;
 }
@@ -85,6 +87,14 @@ pub(crate) enum Ended {
         confirmed: Confirmed,
         kept: Kept,
     },
+    /// Not taken: the store concludes what it gives up ([`Machine::conclude`]).
+    Missed(Missed),
+}
+
+/// Why a machine ended without the lock.
+// (One per acquisition, moved twice: boxing the holder would only add an allocation.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Missed {
     /// Busy, not waiting or the wait is over: who held it at server time `now`. `stale`: from
     /// an answer older than the wait's last moment (read again after giving up).
     Busy {
@@ -115,7 +125,7 @@ pub(crate) fn wait<'a, M: Machine<'a>>(mut machine: M) -> anyhow::Result<Outcome
         }
         let step = match machine.waiting().inbox.next(at) {
             Some(Incoming::Signal(signal)) if signals::terminates(signal) => {
-                Ok(Some(Ended::Interrupted(signal)))
+                Ok(Some(Ended::Missed(Missed::Interrupted(signal))))
             }
             Some(Incoming::Reply(reply)) => machine.on_reply(reply),
             Some(Incoming::Panicked(panic)) => Err(anyhow::anyhow!("a worker panicked: {panic}")),
@@ -124,7 +134,22 @@ pub(crate) fn wait<'a, M: Machine<'a>>(mut machine: M) -> anyhow::Result<Outcome
         machine.waiting().status.redraw_if_due();
         match step {
             Ok(None) => {}
-            Ok(Some(ended)) => return Ok(machine.conclude(ended)),
+            Ok(Some(Ended::Took {
+                lease,
+                confirmed,
+                kept,
+            })) => {
+                let answered = BootInstant::now();
+                machine.waiting().status.acquired();
+                return Ok(Outcome::Acquired(Held {
+                    lease,
+                    confirmed,
+                    answered,
+                    kept,
+                    worker: machine.into_worker(),
+                }));
+            }
+            Ok(Some(Ended::Missed(missed))) => return Ok(machine.conclude(missed)),
             Err(err) => return Err(machine.failed(err)),
         }
     }

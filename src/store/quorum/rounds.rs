@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::acquire::Confirmed;
-use crate::acquire::{Ask, Ended, Held, Kept, Machine, Outcome, Place, Wait, Waiting, backoff};
+use crate::acquire::{Ask, Ended, Kept, Machine, Missed, Outcome, Place, Wait, Waiting, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
@@ -172,26 +172,18 @@ impl<'a> Machine<'a> for Rounds<'a> {
         self.next_round_at
     }
 
-    fn conclude(mut self, ended: Ended) -> Outcome {
+    fn into_worker(self) -> Worker {
+        self.worker
+    }
+
+    fn conclude(mut self, missed: Missed) -> Outcome {
         self.listeners = None;
-        match ended {
-            Ended::Took {
-                lease, confirmed, ..
-            } => {
-                self.waiting.status.acquired();
-                Outcome::Acquired(Held {
-                    lease,
-                    confirmed,
-                    answered: BootInstant::now(),
-                    kept: Kept::default(),
-                    worker: self.worker,
-                })
-            }
-            Ended::Busy { holder, now, .. } => {
+        match missed {
+            Missed::Busy { holder, now, .. } => {
                 self.waiting.status.clear();
                 Outcome::Busy { holder, now }
             }
-            Ended::Interrupted(signal) => {
+            Missed::Interrupted(signal) => {
                 self.waiting.status.clear();
                 // The round out may have taken the lock (a re-entry takes nothing new).
                 if let Some(token) = self.out.take()
@@ -269,11 +261,11 @@ impl Rounds<'_> {
                 self.failed_rounds = 0;
                 self.busy_rounds += 1;
                 if self.ask.wait == Wait::No || past_deadline {
-                    return Ok(Next::Done(Ended::Busy {
+                    return Ok(Next::Done(Ended::Missed(Missed::Busy {
                         holder,
                         now,
                         stale: false,
-                    }));
+                    })));
                 }
                 let pause = self.pause_when_busy(hint, announced);
                 // No queue, no place in it: who holds the lock, and how long the wait lasts.

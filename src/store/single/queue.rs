@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use crate::acquire::{Ask, Ended, Held, Machine, Outcome, Wait, Waiting, backoff};
+use crate::acquire::{Ask, Ended, Machine, Missed, Outcome, Wait, Waiting, backoff};
 use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
@@ -286,11 +286,11 @@ impl<'a> Machine<'a> for Acquirer<'a> {
                 }
                 None => (None, 0),
             };
-            return Ok(Some(Ended::Busy {
+            return Ok(Some(Ended::Missed(Missed::Busy {
                 holder,
                 now,
                 stale: true,
-            }));
+            })));
         }
         if self
             .call_at
@@ -319,25 +319,15 @@ impl<'a> Machine<'a> for Acquirer<'a> {
         }
     }
 
-    /// The outcome of a machine that ended: the lock taken, or the queue left (bounded) and
-    /// who holds the lock.
-    fn conclude(mut self, ended: Ended) -> Outcome {
-        match ended {
-            Ended::Took {
-                lease,
-                confirmed,
-                kept,
-            } => {
-                self.waiting.status.acquired();
-                Outcome::Acquired(Held {
-                    lease,
-                    confirmed,
-                    answered: BootInstant::now(),
-                    kept,
-                    worker: self.worker,
-                })
-            }
-            Ended::Busy { holder, now, stale } => {
+    fn into_worker(self) -> Worker {
+        self.worker
+    }
+
+    /// The outcome of a machine that ended without the lock: the queue left (bounded), and who
+    /// holds the lock.
+    fn conclude(mut self, missed: Missed) -> Outcome {
+        match missed {
+            Missed::Busy { holder, now, stale } => {
                 if let Some(left) = self.give_up() {
                     self.log.warn(format_args!("{left}"));
                 }
@@ -349,7 +339,7 @@ impl<'a> Machine<'a> for Acquirer<'a> {
                 };
                 Outcome::Busy { holder, now }
             }
-            Ended::Interrupted(signal) => {
+            Missed::Interrupted(signal) => {
                 if let Some(left) = self.give_up() {
                     self.log.warn(format_args!("{left}"));
                 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Acquirer, Call, POLL_EVERY, Reply, ServerReading};
 use crate::acquire::Confirmed;
-use crate::acquire::{Ended, Kept, Place, Wait, backoff};
+use crate::acquire::{Ended, Kept, Missed, Place, Wait, backoff};
 use crate::clock::BootInstant;
 use crate::conn::Session;
 use crate::duration;
@@ -210,11 +210,11 @@ impl Acquirer<'_> {
     ) -> Option<Ended> {
         self.last_busy = Some((place.holder.clone(), place.now, sent));
         if self.ask.wait == Wait::No || self.past_deadline() {
-            return Some(Ended::Busy {
+            return Some(Ended::Missed(Missed::Busy {
                 holder: place.holder,
                 now: place.now,
                 stale: false,
-            });
+            }));
         }
         self.reading = Some(ServerReading {
             sent,
