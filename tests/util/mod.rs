@@ -63,6 +63,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Fails with the reason when this process ignores SIGINT or SIGQUIT: the tests send them to
+/// redlock, which would inherit the ignoring through exec and honour it (as under nohup), and
+/// those tests would fail without saying why. A shell without job control starts a background
+/// job so (`cargo test &` in a script); .ci/run and tests/faults/run reset both themselves.
+fn require_default_signals() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let ignored = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or(0);
+    let bit = |signal: nix::sys::signal::Signal| 1u64 << (signal as i32 - 1);
+    assert!(
+        ignored & (bit(nix::sys::signal::SIGINT) | bit(nix::sys::signal::SIGQUIT)) == 0,
+        "the tests run with SIGINT or SIGQUIT ignored (SigIgn {ignored:#x}: a background job of a \
+         shell without job control?), and the tests that send them would fail: run them with \
+         `env --default-signal=INT,QUIT cargo test ...` or from a shell with job control"
+    );
+}
+
 /// A private redis-server.
 pub struct RedisServer {
     child: Child,
@@ -86,6 +106,7 @@ impl RedisServer {
 
     /// Starts `binary` (another release of Redis, or Valkey) with extra arguments.
     pub fn start_binary(binary: &Path, extra: &[&str]) -> Self {
+        require_default_signals();
         let password = extra
             .iter()
             .position(|arg| *arg == "--requirepass")
