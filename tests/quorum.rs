@@ -530,6 +530,57 @@ fn two_masters_down_of_five_still_works_three_down_is_unavailable_and_leaves_not
     }
 }
 
+/// A run's final release that a majority of masters refused before running it (restarting:
+/// the connection refused) is sent again, as on one Redis, for up to the release timeout (5 s
+/// by default): the masters back after 1.5 s with their data (an AOF), the lock is released on
+/// every master, and their histories say it was sent again. It used to be given up after one
+/// attempt, and the lock stayed held on a majority until its lease ended.
+#[test]
+fn a_release_a_majority_refused_before_running_is_sent_again() {
+    let dir = TempDir::new("quorum-release");
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut masters = Masters::start_with(3, &["--appendonly", "yes", "--appendfsync", "always"]);
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        started.display(),
+        go.display()
+    );
+    let running = masters
+        .redlock(&[
+            "run", "--key", "q", "--ttl", "60s", "--", "sh", "-c", &script,
+        ])
+        .spawn();
+    // (The command started: the acquisition is over, its fence written back if need be.)
+    assert!(
+        wait_until(Duration::from_secs(10), || started.exists()),
+        "the command never started"
+    );
+    assert!((0..3).all(|index| masters.holders_on(index, "q") == 1));
+    masters.servers[1].kill();
+    masters.servers[2].kill();
+    std::fs::write(&go, "").unwrap();
+    // How long the two are down: the fault itself, not a wait for anything.
+    std::thread::sleep(Duration::from_millis(1500));
+    masters.servers[1].restart();
+    masters.servers[2].restart();
+    let out = running.wait(Duration::from_secs(15));
+    out.code(0);
+    if !masters.lock_keys().iter().all(Vec::is_empty) {
+        out.fail(&format!(
+            "the lock is left on the masters: {:?}",
+            masters.lock_keys()
+        ));
+    }
+    for server in &masters.servers[1..] {
+        let last: Vec<String> = server.cmd(&["ZRANGE", "redlock:{q}:history", "-1", "-1"]);
+        assert!(
+            last.first()
+                .is_some_and(|entry| entry.contains("release sent again")),
+            "{last:?}"
+        );
+    }
+}
+
 #[test]
 fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
     let dir = TempDir::new("quorum-run");

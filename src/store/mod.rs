@@ -366,13 +366,7 @@ impl Store {
             Store::One(target) => {
                 single::release(target, lock, kept.into_session(), request, bound, log)
             }
-            Store::Quorum(quorum) => quorum.release(
-                lock,
-                request.token,
-                request.min_hold,
-                request.ending,
-                bound.answer,
-            ),
+            Store::Quorum(quorum) => quorum.release(lock, request, bound, log),
         }
     }
 
@@ -399,7 +393,7 @@ impl Store {
     pub(crate) fn release_within(&self, bound: ReleaseBound) -> Duration {
         match self {
             Store::One(target) => bound.answer.max(bound.retry_for(target)),
-            Store::Quorum(_) => bound.answer,
+            Store::Quorum(quorum) => quorum.release_within(bound),
         }
     }
 }

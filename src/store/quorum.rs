@@ -16,7 +16,12 @@ use crate::clock::BootInstant;
 use crate::clock::drift;
 use crate::conn::Target;
 use crate::exit::{Failure, fail, failure_of};
-use crate::lock::{Acquisition, Ending, Holder, Lease, Lock, Queueing, Release, Request, Waiter};
+use crate::lock::{
+    Acquisition, Ending, Holder, Lease, Lock, Queueing, Release, ReleaseRequest, Request, Waiter,
+};
+use crate::log::Log;
+
+use super::{ReleaseBound, single};
 mod fan_out;
 mod helpers;
 mod reads;
@@ -381,21 +386,44 @@ impl Quorum {
         }
     }
 
-    /// Releases the hold of `token` on every master, within `limit` each, and returns once a
-    /// majority has answered: a master that hangs keeps its part until its lease ends (or
-    /// runs the release when it comes back), a minority nobody can assemble a majority with.
+    /// Releases the hold on every master at once, each as on one Redis (`single::release`:
+    /// over the connection kept to it, each attempt within `bound.answer`, sent again while it
+    /// is known not to have run, up to the release timeout), and returns once a majority has
+    /// answered: masters that refused it before running it (restarting, LOADING) let the lock
+    /// go when they are back within the bound. A master that hangs keeps its part until its
+    /// lease ends (or runs the release when it comes back), a minority nobody can assemble a
+    /// majority with. Returns within [`Self::release_within`].
     pub(crate) fn release(
         self: &Arc<Self>,
         lock: &Lock,
-        token: &crate::lock::Token,
-        min_hold: Duration,
-        ending: &Ending,
-        limit: Duration,
+        request: &ReleaseRequest<'_>,
+        bound: ReleaseBound,
+        log: Log,
     ) -> anyhow::Result<Release> {
-        let (lock, token, ending) = (lock.clone(), token.clone(), ending.clone());
-        let replies = self.fan_out_to_majority(limit, move |session| {
-            lock.release(session, &token, min_hold, &ending)
-        });
+        let (lock, token, ending) = (lock.clone(), request.token.clone(), request.ending.clone());
+        let min_hold = request.min_hold;
+        let majority = self.majority();
+        let replies = self.ask_until(
+            self.release_within(bound),
+            move |_, master| {
+                let request = ReleaseRequest {
+                    token: &token,
+                    min_hold,
+                    ending: &ending,
+                };
+                single::release(
+                    &master.target,
+                    &lock,
+                    master.take_session(),
+                    &request,
+                    bound,
+                    log,
+                )
+                .with_context_of(&master.target)
+            },
+            |_| true,
+            move |results| results.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+        );
         let answered: Vec<Release> = replies
             .iter()
             .filter_map(|r| r.as_ref().ok().copied())
@@ -426,6 +454,18 @@ impl Quorum {
             return Ok(Release::Released);
         }
         Err(self.too_few(answered.len(), &replies))
+    }
+}
+
+impl Quorum {
+    /// The longest [`Self::release`] takes within `bound`: a master's release sent again up to
+    /// its release timeout.
+    pub(crate) fn release_within(&self, bound: ReleaseBound) -> Duration {
+        self.masters
+            .iter()
+            .map(|master| bound.answer.max(bound.retry_for(&master.target)))
+            .max()
+            .unwrap_or(bound.answer)
     }
 }
 

@@ -1,7 +1,7 @@
 //! How quorum mode asks its masters: each master's kept connection and helper thread
 //! (`Master`), and the rounds that send one request to many masters at once and gather the
 //! replies, all of them, a majority, or as many as decide the round (`Quorum::fan_out`,
-//! `fan_out_to_majority`, `fan_out_until`, `fan_out_where`).
+//! `fan_out_to_majority_of`, `fan_out_until` and `ask_until`, `fan_out_where`).
 
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,15 @@ impl Master {
         }
     }
 
+    /// The connection kept to the master, taken (a request that handles its own connections,
+    /// the release, starts on it).
+    pub(super) fn take_session(&self) -> Option<Session> {
+        self.session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
     /// Runs `request` over the kept connection, or a new one, within `limit` for connecting
     /// and `limit` for the request. A connection that failed is dropped.
     fn call<T>(
@@ -36,12 +45,7 @@ impl Master {
         limit: Duration,
         request: impl FnOnce(&mut Session) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let kept = self
-            .session
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let mut session = match kept {
+        let mut session = match self.take_session() {
             Some(session) => session,
             None => self.target.connect_within(limit)?,
         };
@@ -90,22 +94,12 @@ impl Quorum {
             .collect()
     }
 
-    /// Runs `request` on every master at once, each within `limit` to connect and `limit` for
-    /// the request, and returns once every master has answered or failed, or a majority has
-    /// answered and the rest did not within [`STRAGGLER_GRACE`]. A master still in flight then
-    /// is counted as failed ("no answer yet"); its request goes on without us and ends within
-    /// its own bounds (or with the process).
-    pub(super) fn fan_out_to_majority<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        request: impl Fn(&mut Session) -> anyhow::Result<T> + Send + Sync + 'static,
-    ) -> Vec<anyhow::Result<T>> {
-        self.fan_out_to_majority_of(limit, request, |_| true)
-    }
-
-    /// Like `fan_out_to_majority`, on the masters `chosen` by index only (the others' replies
-    /// are "no answer yet"): returns once every chosen master answered, or a majority did and
-    /// the rest did not within [`STRAGGLER_GRACE`].
+    /// Runs `request` on the masters `chosen` by index (the others' replies are "no answer
+    /// yet"), each within `limit` to connect and `limit` for the request, and returns once
+    /// every chosen master answered or failed, or a majority has answered and the rest did not
+    /// within [`STRAGGLER_GRACE`]. A master still in flight then is counted as failed ("no
+    /// answer yet"); its request goes on without us and ends within its own bounds (or with
+    /// the process).
     pub(super) fn fan_out_to_majority_of<T: Send + 'static>(
         &self,
         limit: Duration,
@@ -135,9 +129,26 @@ impl Quorum {
         chosen: impl Fn(usize) -> bool,
         settled: impl Fn(&[Option<anyhow::Result<T>>]) -> bool,
     ) -> Vec<anyhow::Result<T>> {
+        self.ask_until(
+            limit * 2,
+            move |index, master| master.call(limit, |session| request(index, session)),
+            chosen,
+            settled,
+        )
+    }
+
+    /// Like `fan_out_until`, with `request` asking its master itself (its connections, its
+    /// bounds: all within `within`).
+    pub(super) fn ask_until<T: Send + 'static>(
+        &self,
+        within: Duration,
+        request: impl Fn(usize, &Master) -> anyhow::Result<T> + Send + Sync + 'static,
+        chosen: impl Fn(usize) -> bool,
+        settled: impl Fn(&[Option<anyhow::Result<T>>]) -> bool,
+    ) -> Vec<anyhow::Result<T>> {
         // Every master on a helper, none on this thread: it waits for the round to settle only.
-        let (mut results, replies) = self.send_out(limit, request, &chosen, None);
-        let mut deadline = BootInstant::now() + limit * 2 + Duration::from_secs(1);
+        let (mut results, replies) = self.hand_out(request, &chosen, None);
+        let mut deadline = BootInstant::now() + within + Duration::from_secs(1);
         while (0..results.len()).any(|index| chosen(index) && results[index].is_none()) {
             if settled(&results) {
                 // The rest get a moment (a healthy master answers in it, and its part of the
@@ -176,6 +187,24 @@ impl Quorum {
         Vec<Option<anyhow::Result<T>>>,
         Receiver<(usize, anyhow::Result<T>)>,
     ) {
+        self.hand_out(
+            move |index, master| master.call(limit, |session| request(index, session)),
+            chosen,
+            here,
+        )
+    }
+
+    /// Like `send_out`, with `request` asking its master itself.
+    #[allow(clippy::type_complexity)]
+    fn hand_out<T: Send + 'static>(
+        &self,
+        request: impl Fn(usize, &Master) -> anyhow::Result<T> + Send + Sync + 'static,
+        chosen: impl Fn(usize) -> bool,
+        here: Option<usize>,
+    ) -> (
+        Vec<Option<anyhow::Result<T>>>,
+        Receiver<(usize, anyhow::Result<T>)>,
+    ) {
         let request = Arc::new(request);
         let (sender, replies) = mpsc::channel();
         let mut results: Vec<Option<anyhow::Result<T>>> =
@@ -187,7 +216,7 @@ impl Quorum {
             let (asked, request, sender) =
                 (Arc::clone(master), Arc::clone(&request), sender.clone());
             let sent = master.helper.run(
-                move || asked.call(limit, |session| request(index, session)),
+                move || request(index, &asked),
                 move |reply| {
                     let _ = sender.send((index, reply));
                 },

@@ -6,7 +6,7 @@
 //! uncontended `run` with 5 masters made 9 of them before.
 //!
 //! A helper still busy with an earlier request (a master that did not answer within a round's
-//! straggler grace, see `fan_out_to_majority`) is not waited for: the request gets a thread of
+//! straggler grace, see `fan_out_until`) is not waited for: the request gets a thread of
 //! its own, as every request did before, so that one slow master never holds up a round on the
 //! others.
 
