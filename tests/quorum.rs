@@ -139,6 +139,16 @@ fn a_lock_is_held_on_every_master_and_released_everywhere() {
         .run()
         .code(1)
         .stdout_contains("free on 5 of 5");
+    // Free: as on one server, the last fence issued, no holder.
+    let free = masters.redlock(&["inspect", "--key", "q", "--json"]).run();
+    free.code(1);
+    let free = free.json();
+    assert_eq!(
+        (free["state"].as_str(), free["fence"].as_u64()),
+        (Some("free"), Some(fence)),
+        "{free:#}"
+    );
+    assert_eq!(free["holders"], serde_json::json!([]), "{free:#}");
     masters
         .redlock(&["release", "--key", "q", "--token", &token])
         .run()

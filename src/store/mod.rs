@@ -33,10 +33,11 @@ pub(crate) struct Renewal<'a> {
     pub(crate) timeout: Duration,
 }
 
-/// The longest a release (or a give-up) may take once redlock is on its way out after a
-/// signal, a lost lock or a failed start: Redis was probably unreachable a moment ago, and a
-/// signal must end redlock within a second whatever state Redis is in. A release that cannot
-/// be made in time leaves the lock to its lease.
+/// The longest a release (or a give-up) waits for an answer once redlock is on its way out
+/// after a signal, a lost lock or a failed start: Redis was probably unreachable a moment ago,
+/// and a signal must end redlock within a second whatever state a server that does not answer
+/// is in. A release that cannot be made in time leaves the lock to its lease. (One a server
+/// refused before running it is sent again up to the release timeout: `Store::release`.)
 pub(crate) const HASTY_RELEASE: Duration = Duration::from_millis(500);
 
 /// How long a release may take.
@@ -352,7 +353,8 @@ impl Store {
 
     /// Token-checked release (or keep for the minimum hold) within `bound`: with one Redis,
     /// over what it kept if anything, and sent again while it is known not to have run (see
-    /// `single::release`); in quorum mode, on every master at once, each given `bound.answer`.
+    /// `single::release`); in quorum mode, on every master at once, each as on one Redis, until
+    /// a majority has answered.
     /// It returns within [`Self::release_within`].
     pub(crate) fn release(
         &self,

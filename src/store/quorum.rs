@@ -390,9 +390,10 @@ impl Quorum {
     /// over the connection kept to it, each attempt within `bound.answer`, sent again while it
     /// is known not to have run, up to the release timeout), and returns once a majority has
     /// answered: masters that refused it before running it (restarting, LOADING) let the lock
-    /// go when they are back within the bound. A master that hangs keeps its part until its
-    /// lease ends (or runs the release when it comes back), a minority nobody can assemble a
-    /// majority with. Returns within [`Self::release_within`].
+    /// go when they are back within the bound. A master that hangs, or still refuses once a
+    /// majority has answered, keeps its part until its lease ends (or runs the release when it
+    /// comes back), a minority nobody can assemble a majority with. Returns within
+    /// [`Self::release_within`].
     pub(crate) fn release(
         self: &Arc<Self>,
         lock: &Lock,
@@ -404,7 +405,7 @@ impl Quorum {
         let min_hold = request.min_hold;
         let majority = self.majority();
         let replies = self.ask_until(
-            self.release_within(bound),
+            self.each_release_within(bound),
             move |_, master| {
                 let request = ReleaseRequest {
                     token: &token,
@@ -458,9 +459,15 @@ impl Quorum {
 }
 
 impl Quorum {
-    /// The longest [`Self::release`] takes within `bound`: a master's release sent again up to
-    /// its release timeout.
+    /// The longest [`Self::release`] takes within `bound`: the longest a master's release
+    /// takes, sent again up to its release timeout, and the grace the others get once a
+    /// majority has answered.
     pub(crate) fn release_within(&self, bound: ReleaseBound) -> Duration {
+        self.each_release_within(bound) + STRAGGLER_GRACE
+    }
+
+    /// The longest one master's release takes within `bound` (`single::release`).
+    fn each_release_within(&self, bound: ReleaseBound) -> Duration {
         self.masters
             .iter()
             .map(|master| bound.answer.max(bound.retry_for(&master.target)))

@@ -6,9 +6,9 @@
 //! uncontended `run` with 5 masters made 9 of them before.
 //!
 //! A helper still busy with an earlier request (a master that did not answer within a round's
-//! straggler grace, see `fan_out_until`) is not waited for: the request gets a thread of
-//! its own, as every request did before, so that one slow master never holds up a round on the
-//! others.
+//! straggler grace, see `fan_out_until`, or whose release is being sent again) is not waited
+//! for: the request gets a thread of its own, as every request did before, so that one slow
+//! master never holds up a round on the others.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};

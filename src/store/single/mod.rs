@@ -102,10 +102,11 @@ pub(super) fn release(
             Ok(released) => {
                 if let Some(first) = &first_failure {
                     log.notice(format_args!(
-                        "lock '{}' released after {} attempts in {} (the first: {first})",
+                        "lock '{}' released after {} attempts in {} on {} (the first: {first})",
                         printable(lock.name.as_str()),
                         attempt,
-                        duration::display(BootInstant::now().since(started))
+                        duration::display(BootInstant::now().since(started)),
+                        target.redacted()
                     ));
                 }
                 return Ok(released);
