@@ -53,21 +53,27 @@ impl Quorum {
         let lock = lock.clone();
         let views = self.fan_out(self.request_timeout, move |session| lock.inspect(session));
         let majority = self.majority();
-        let states: Vec<&LockState> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
+        let states: Vec<LockState> = views
+            .iter()
+            .filter_map(|view| view.as_ref().ok().cloned())
+            .collect();
+        // Held and free both need a majority's answers.
+        if states.len() < majority {
+            return Err(self.too_few(states.len(), &views));
+        }
         let free = states
             .iter()
             .filter(|state| state.holder_count == 0)
             .count();
-        let verdict = if !majority_holders(&states, majority).is_empty() {
+        // The holders a majority has (merged), if any, hold it.
+        let (state, _) = merged(states, majority);
+        let verdict = if !state.holders.is_empty() {
             Verdict::Held
         } else if free >= majority {
             Verdict::Free
-        } else if states.len() < majority {
-            return Err(self.too_few(states.len(), &views));
         } else {
             Verdict::Contested
         };
-        let (state, _) = merged(states.into_iter().cloned().collect(), majority);
         Ok(View {
             state,
             verdict,
