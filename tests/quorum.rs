@@ -591,6 +591,47 @@ fn a_release_a_majority_refused_before_running_is_sent_again() {
     }
 }
 
+/// A release that a majority of masters never ran (still down when `--release-timeout` has
+/// passed) is no release, though one master let go: redlock says it could not release, and
+/// exits with the command's status. It used to say the lock was released.
+#[test]
+fn a_release_only_a_minority_ran_is_reported_as_failed() {
+    let dir = TempDir::new("quorum-unreleased");
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut masters = Masters::start(3);
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done; exit 4",
+        started.display(),
+        go.display()
+    );
+    let running = masters
+        .redlock(&[
+            "run",
+            "--key",
+            "q",
+            "--release-timeout",
+            "1s",
+            "-v",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || started.exists()),
+        "the command never started"
+    );
+    masters.servers[1].kill();
+    masters.servers[2].kill();
+    std::fs::write(&go, "").unwrap();
+    let out = running.wait(Duration::from_secs(15));
+    out.code(4).stderr_contains("could not release lock 'q'");
+    if out.stderr.contains("released lock 'q'") {
+        out.fail("said the lock was released");
+    }
+}
+
 #[test]
 fn a_run_survives_a_minority_lost_and_stops_when_a_majority_is_lost() {
     let dir = TempDir::new("quorum-run");

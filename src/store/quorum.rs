@@ -449,9 +449,14 @@ impl Quorum {
         if not_held >= self.majority() {
             return Ok(Release::NotHeld);
         }
-        if answered.contains(&Release::Released) {
-            // A master that did not answer keeps its part until its lease ends: a minority,
-            // which no one can assemble a majority with.
+        // Let go on a majority: a master that did not answer keeps its part until its lease
+        // ends, a minority, which no one can assemble a majority with. Let go on fewer, the
+        // lock is still held where a majority can be had, and the release failed.
+        let let_go = answered
+            .iter()
+            .filter(|r| matches!(r, Release::Released | Release::NotHeld))
+            .count();
+        if let_go >= self.majority() {
             return Ok(Release::Released);
         }
         Err(self.too_few(answered.len(), &replies))
