@@ -726,11 +726,11 @@ def script_text(name):
 
 
 def declared_inputs(text):
-    """The key and argument names of a script's `inputs({...}, {...})` call."""
-    own = text.split("local function inputs(")[-1]
-    call = own.split("inputs(", 1)[1]
+    """The key and argument names of a script's `inputs(n, m, {name = KEYS[1], ...}, {...})`
+    call, in order."""
+    call = text.split("= inputs(", 1)[1]
     lists = re.findall(r"\{([^}]*)\}", call)[:2]
-    return [[name.strip().strip("'") for name in part.split(",") if name.strip()]
+    return [[entry.split("=")[0].strip() for entry in part.split(",") if entry.strip()]
             for part in lists]
 
 

@@ -14,11 +14,13 @@
 local REPLY = {
   acquire = {acquired = 1, busy = 0, gone = -1, not_held = -2, cancelled = -3},
 }
-local refused, key, arg = inputs(
-  {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
-  {'token', 'ttl_ms', 'mode', 'limit', 'host', 'pid', 'user', 'command', 'note', 'waiter', 'stay',
-   'entry_ttl_ms', 'grant_ms', 'wake_ttl_ms', 'reenter', 'claim_ms', 'history_keep',
-   'history_keep_ms'})
+local refused, key, arg = inputs(8, 18,
+  {holders = KEYS[1], leases = KEYS[2], fence = KEYS[3], queue = KEYS[4], waiters = KEYS[5],
+   wake = KEYS[6], cancel = KEYS[7], history = KEYS[8]},
+  {token = ARGV[1], ttl_ms = ARGV[2], mode = ARGV[3], limit = ARGV[4], host = ARGV[5],
+   pid = ARGV[6], user = ARGV[7], command = ARGV[8], note = ARGV[9], waiter = ARGV[10],
+   stay = ARGV[11], entry_ttl_ms = ARGV[12], grant_ms = ARGV[13], wake_ttl_ms = ARGV[14],
+   reenter = ARGV[15], claim_ms = ARGV[16], history_keep = ARGV[17], history_keep_ms = ARGV[18]})
 if refused then return refused end
 -- A request its sender gave up on (it timed out, or a signal ended the wait) takes nothing,
 -- whenever it runs: the sender marked its token before leaving (release.lua, 'leave').

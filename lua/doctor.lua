@@ -14,7 +14,9 @@
 local REPLY = {
   doctor = {checked = 1, unchecked = 0},
 }
-local refused, key, arg = inputs({'sample'}, {'script_sha', 'channel'})
+local refused, key, arg = inputs(1, 2,
+  {sample = KEYS[1]},
+  {script_sha = ARGV[1], channel = ARGV[2]})
 if refused then return refused end
 if not redis.acl_check_cmd then return {REPLY.doctor.unchecked} end
 local k = key.sample

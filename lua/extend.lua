@@ -11,7 +11,9 @@
 local REPLY = {
   extend = {extended = 1, not_held = 0},
 }
-local refused, key, arg = inputs({'holders', 'leases', 'history'}, {'token', 'ttl_ms', 'keeper'})
+local refused, key, arg = inputs(3, 3,
+  {holders = KEYS[1], leases = KEYS[2], history = KEYS[3]},
+  {token = ARGV[1], ttl_ms = ARGV[2], keeper = ARGV[3]})
 if refused then return refused end
 local token, ttl = arg.token, tonumber(arg.ttl_ms)
 

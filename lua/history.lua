@@ -4,7 +4,7 @@
 -- {fence, mode, limit, host, pid, user, cmd, note, since, exp, and once the hold is over:
 -- ended, outcome, exit, signal; keep and keep_ms when a retention was asked for}. An entry
 -- without `ended` whose `exp` is not after now_ms is a hold whose lease ran out.
-local refused, key = inputs({'history'}, {})
+local refused, key = inputs(1, 0, {history = KEYS[1]}, {})
 if refused then return refused end
 local count
 refused, count = read(key.history, 'ZCARD', key.history)

@@ -10,9 +10,10 @@
 -- latest hold that is over (ended, or expired) and, when `last_success` is '1', of the latest
 -- that succeeded (released with exit status 0; false otherwise). Finding it may read the whole
 -- history (a lock whose holds report no exit status has none): only `metrics` asks.
-local refused, key, arg = inputs(
-  {'holders', 'leases', 'fence', 'queue', 'waiters', 'history'},
-  {'max_holders', 'max_waiters', 'last_success'})
+local refused, key, arg = inputs(6, 3,
+  {holders = KEYS[1], leases = KEYS[2], fence = KEYS[3], queue = KEYS[4], waiters = KEYS[5],
+   history = KEYS[6]},
+  {max_holders = ARGV[1], max_waiters = ARGV[2], last_success = ARGV[3]})
 if refused then return refused end
 local lock
 refused, lock = open_lock(key, {fence = true, unqueued = true})

@@ -13,7 +13,9 @@
 local REPLY = {
   raise = {raised = 1, not_held = 0},
 }
-local refused, key, arg = inputs({'holders', 'leases', 'fence', 'history'}, {'token', 'issued'})
+local refused, key, arg = inputs(4, 2,
+  {holders = KEYS[1], leases = KEYS[2], fence = KEYS[3], history = KEYS[4]},
+  {token = ARGV[1], issued = ARGV[2]})
 if refused then return refused end
 local token, fence = arg.token, arg.issued
 if not string.match(fence, '^%d+$') or tonumber(fence) >= MAX_FENCE then

@@ -8,7 +8,9 @@
 local REPLY = {
   refresh = {queued = 1, not_queued = 0},
 }
-local refused, key, arg = inputs({'queue', 'waiters'}, {'waiter', 'entry_ttl_ms'})
+local refused, key, arg = inputs(2, 2,
+  {queue = KEYS[1], waiters = KEYS[2]},
+  {waiter = ARGV[1], entry_ttl_ms = ARGV[2]})
 if refused then return refused end
 local lock = {key = key, now = server_now()}
 

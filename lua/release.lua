@@ -26,10 +26,12 @@ local REPLY = {
   release = {released = 1, not_held = 0, kept = 2, still_held = 3},
   leave = {left = 1},
 }
-local refused, key, arg = inputs(
-  {'holders', 'leases', 'fence', 'queue', 'waiters', 'wake', 'cancel', 'history'},
-  {'op', 'token', 'min_hold_ms', 'waiter', 'grant_ms', 'wake_ttl_ms', 'mark_ttl_ms', 'held_fence',
-   'exit', 'signal', 'why', 'notify'})
+local refused, key, arg = inputs(8, 12,
+  {holders = KEYS[1], leases = KEYS[2], fence = KEYS[3], queue = KEYS[4], waiters = KEYS[5],
+   wake = KEYS[6], cancel = KEYS[7], history = KEYS[8]},
+  {op = ARGV[1], token = ARGV[2], min_hold_ms = ARGV[3], waiter = ARGV[4], grant_ms = ARGV[5],
+   wake_ttl_ms = ARGV[6], mark_ttl_ms = ARGV[7], held_fence = ARGV[8], exit = ARGV[9],
+   signal = ARGV[10], why = ARGV[11], notify = ARGV[12]})
 if refused then return refused end
 local op, token, min_hold, waiter = arg.op, arg.token, tonumber(arg.min_hold_ms), arg.waiter
 local grant, wake_ttl = tonumber(arg.grant_ms), tonumber(arg.wake_ttl_ms)

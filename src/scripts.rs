@@ -7,10 +7,11 @@
 //! in file-name order by `build.rs`) followed by the script's own file.
 //!
 //! A script's KEYS and ARGV are named, not numbered: each script opens with
-//! `inputs({key names...}, {argument names...})`, and here one struct per script has a field
-//! per name, in the same order (`inputs!`). A call fills the struct by name, so a value cannot
-//! land in another's place or be left out without a compile error, and a test checks the
-//! struct's names against the script's.
+//! `inputs(<key count>, <argument count>, {holders = KEYS[1], ...}, {token = ARGV[1], ...})`,
+//! and here one struct per script has a field per name, in the same order (`inputs!`). A call
+//! fills the struct by name, so a value cannot land in another's place or be left out without a
+//! compile error, and a test checks the struct's names against the script's (and the script's
+//! indexes and counts against its names).
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -350,7 +351,9 @@ impl<I: Inputs> Script<I> {
         }
     }
 
-    /// The key and argument names the script declares in its `inputs(...)` call.
+    /// The key and argument names the script declares in its `inputs(...)` call, checked
+    /// against the call's own numbers: the counts it gives are the tables' sizes, and the
+    /// `n`th name of a table is `KEYS[n]` (`ARGV[n]`).
     #[cfg(test)]
     fn declared(&self) -> (Vec<String>, Vec<String>) {
         let own = &self.body[PRELUDE.len()..];
@@ -358,16 +361,44 @@ impl<I: Inputs> Script<I> {
             .split_once("inputs(")
             .expect("the script names its inputs")
             .1;
-        let mut lists = call.split('{').skip(1).map(|list| {
-            list.split_once('}')
-                .expect("a closed list")
-                .0
-                .split(',')
-                .map(|name| name.trim().trim_matches('\'').to_owned())
-                .filter(|name| !name.is_empty())
-                .collect::<Vec<_>>()
-        });
-        (lists.next().unwrap(), lists.next().unwrap())
+        let (counts, tables) = call.split_once('{').expect("the call's tables");
+        let counts: Vec<usize> = counts
+            .split(',')
+            .map(str::trim)
+            .filter(|count| !count.is_empty())
+            .map(|count| count.parse().expect("a count"))
+            .collect();
+        let mut lists = tables
+            .split('{')
+            .zip(["KEYS", "ARGV"])
+            .map(|(list, array)| {
+                let list = list.split_once('}').expect("a closed table").0;
+                let names: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|entry| !entry.is_empty())
+                    .enumerate()
+                    .map(|(at, entry)| {
+                        let (name, value) = entry.split_once('=').expect("name = value");
+                        assert_eq!(
+                            value.trim(),
+                            format!("{array}[{}]", at + 1),
+                            "{}: the input named {name}",
+                            self.file
+                        );
+                        name.trim().to_owned()
+                    })
+                    .collect();
+                names
+            });
+        let (keys, args) = (lists.next().unwrap(), lists.next().unwrap());
+        assert_eq!(
+            counts,
+            [keys.len(), args.len()],
+            "{}: the counts",
+            self.file
+        );
+        (keys, args)
     }
 }
 
@@ -383,6 +414,30 @@ mod tests {
         let (keys, args) = script.declared();
         assert_eq!(keys, I::KEYS, "{file}: KEYS");
         assert_eq!(args, I::ARGS, "{file}: ARGV");
+    }
+
+    /// A script whose own text is `own` (after the prelude), as the tests read one.
+    fn script_with(own: &str) -> Script<HistoryInputs> {
+        Script {
+            file: "test.lua",
+            body: Box::leak(format!("{PRELUDE}{own}").into_boxed_str()),
+            sha: "",
+            inputs: PhantomData,
+        }
+    }
+
+    /// The reading of a script's inputs catches a name given the wrong index, and a count
+    /// that is not its table's size.
+    #[test]
+    fn a_misnumbered_input_or_a_wrong_count_is_caught() {
+        let named = |own: &str| std::panic::catch_unwind(|| script_with(own).declared());
+        assert_eq!(
+            named("local refused, key = inputs(1, 0, {history = KEYS[1]}, {})\n").unwrap(),
+            (vec!["history".to_owned()], vec![])
+        );
+        assert!(named("local refused, key = inputs(1, 0, {history = KEYS[2]}, {})\n").is_err());
+        assert!(named("local refused, key = inputs(2, 0, {history = KEYS[1]}, {})\n").is_err());
+        assert!(named("local r, k, a = inputs(1, 1, {h = KEYS[1]}, {t = KEYS[1]})\n").is_err());
     }
 
     /// Rust fills each script's inputs by name; the names and their order are the script's.

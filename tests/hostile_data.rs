@@ -1085,3 +1085,48 @@ fn c1_controls_and_direction_marks_are_escaped_everywhere() {
         metrics.stdout
     );
 }
+
+/// A script called by hand (or by another redlock version) with another number of keys or
+/// arguments than it names is refused before it reads or writes anything, and says what it
+/// takes; called with the right numbers, the same text runs.
+#[test]
+fn a_script_called_with_other_inputs_than_it_names_is_refused() {
+    let server = RedisServer::start();
+    let acquire = format!("{}{}", redlock::PRELUDE, include_str!("../lua/acquire.lua"));
+    let keys = [
+        "holders", "leases", "fence", "queue", "waiters", "wake:w", "cancel:t", "history",
+    ]
+    .map(|name| format!("redlock:{{job}}:{name}"));
+    let mut client = server.client();
+    let mut call = redis::cmd("EVAL");
+    call.arg(&acquire).arg(7).arg(&keys[..7]);
+    let refused = call.query::<redis::Value>(&mut client).unwrap_err();
+    assert!(
+        refused.to_string().contains(
+            "redlock script called with 7 keys and 0 arguments; it takes 8 and 18 (mixed redlock versions?)"
+        ),
+        "{refused}"
+    );
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+    let token = "0123456789abcdef0123456789abcdef";
+    let mut call = redis::cmd("EVAL");
+    call.arg(&acquire)
+        .arg(8)
+        .arg(&keys[..])
+        .arg(token)
+        .arg(30_000)
+        .arg("exclusive")
+        .arg(0);
+    call.arg(
+        &[
+            "host", "1", "user", "true", "", "", "0", "0", "0", "0", "0", "0", "", "",
+        ][..],
+    );
+    let reply: Vec<redis::Value> = call.query(&mut client).unwrap_or_else(|err| {
+        panic!(
+            "the acquire script with its 8 keys and 18 arguments: {err}\n{}",
+            server.log()
+        )
+    });
+    assert_eq!(reply[0], redis::Value::Int(1), "acquired: {reply:?}");
+}

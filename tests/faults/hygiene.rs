@@ -18,8 +18,21 @@ const KEY_BUILDER: &str = "wake_key";
 fn violations(name: &str, text: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut function = String::new();
+    // Open parentheses of the script's `inputs(...)` call, while its lines are read.
+    let mut in_inputs = 0usize;
     for (number, line) in text.lines().enumerate() {
         let code = line.split("--").next().unwrap_or_default();
+        // (Whether this line is part of the call: its last line closes it.)
+        let reads_inputs = in_inputs > 0 || code.contains("= inputs(");
+        if in_inputs == 0 && code.contains("= inputs(") {
+            let call = code
+                .split_once("= inputs(")
+                .map(|(_, rest)| rest)
+                .unwrap_or_default();
+            in_inputs = parens_after(1, call);
+        } else if in_inputs > 0 {
+            in_inputs = parens_after(in_inputs, code);
+        }
         if let Some(rest) = code.strip_prefix("local function ") {
             function = rest.split('(').next().unwrap_or_default().to_owned();
         } else if code.starts_with("end") {
@@ -40,8 +53,10 @@ fn violations(name: &str, text: &str) -> Vec<String> {
                 found.push(format!("{at}: loads or reaches code ({loader})"));
             }
         }
-        if (code.contains("KEYS[") || code.contains("ARGV[")) && function != "inputs" {
-            found.push(format!("{at}: KEYS or ARGV read outside inputs()"));
+        if (code.contains("KEYS[") || code.contains("ARGV[")) && !reads_inputs {
+            found.push(format!(
+                "{at}: KEYS or ARGV read outside the call of inputs()"
+            ));
         }
         // A key name built here: a literal ':suffix' joined with `..`.
         let builds_key = code.split("..").skip(1).any(|piece| {
@@ -55,6 +70,15 @@ fn violations(name: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// The parentheses still open after `code`, `open` before it.
+fn parens_after(open: usize, code: &str) -> usize {
+    code.chars().fold(open, |open, c| match c {
+        '(' => open + 1,
+        ')' => open.saturating_sub(1),
+        _ => open,
+    })
+}
+
 /// The checker finds what it is for.
 #[test]
 fn the_hygiene_check_catches_what_it_is_for() {
@@ -62,6 +86,11 @@ fn the_hygiene_check_catches_what_it_is_for() {
     let found = violations("bad.lua", bad);
     assert_eq!(found.len(), 4, "{found:?}");
     assert!(violations("good.lua", "local n = redis.call('GET', key.fence)\n").is_empty());
+    let named = "local r, key = inputs(1, 0,\n  {fence = KEYS[1]},\n  {})\nlocal x = KEYS[1]\n";
+    assert_eq!(
+        violations("named.lua", named),
+        ["named.lua:4: KEYS or ARGV read outside the call of inputs()"]
+    );
 }
 
 #[test]
