@@ -8,7 +8,7 @@
 -- calls fail must be refused before it. (Built at the first record decoded: a script that
 -- decodes none, as an acquisition of a free lock, spends no server time on it.)
 local FIELD_TYPES
-local function field_type(name)
+local function field_types()
   FIELD_TYPES = FIELD_TYPES or {
     exp = 'number', since = 'number', ttl = 'number', count = 'number', limit = 'number',
     pid = 'number', ended = 'number', exit = 'number', signal = 'number', tok = 'string',
@@ -17,7 +17,7 @@ local function field_type(name)
     due = 'number', granted = 'boolean', claim = 'number', keep = 'number', keep_ms = 'number',
     wid = 'string',
   }
-  return FIELD_TYPES[name]
+  return FIELD_TYPES
 end
 
 -- The largest whole number a script computes with: Lua's numbers hold every integer up to
@@ -28,28 +28,32 @@ local MAX_WHOLE = 9007199254740991
 -- number (times in ms stay below it until the year 5138).
 local MAX_FIELD_NUMBER = 99999999999999
 
--- Whether `value` may stand in a record: a string, a boolean, or a finite number (cjson
--- cannot encode infinity or NaN, which it decodes), never a nested table. The numbers scripts
--- compute with (the fields of FIELD_TYPES) are whole and within MAX_FIELD_NUMBER, a fence
--- within MAX_WHOLE: sums of a few of them print as integers (int), are taken by every command
--- that takes a time, a score or a count, and are written back as they were read, so no call
--- after the first write can fail on them and no reader finds them changed.
-local function flat_value(name, value)
+-- Whether `value` may stand in a record as a field whose type is `wanted` ('fence', a type
+-- of FIELD_TYPES, or nil for a field redlock does not compute with): a string, a boolean, or a
+-- finite number (cjson cannot encode infinity or NaN, which it decodes), never a nested table.
+-- The numbers scripts compute with (the fields of FIELD_TYPES) are whole and within
+-- MAX_FIELD_NUMBER, a fence within MAX_WHOLE: sums of a few of them print as integers (int),
+-- are taken by every command that takes a time, a score or a count, and are written back as
+-- they were read, so no call after the first write can fail on them and no reader finds them
+-- changed. (Run for every field of every record read: operators, not calls of math's
+-- functions, which cost the server several hundred instructions each.)
+local function flat_value(wanted, value)
   local kind = type(value)
-  if kind == 'number' and (value ~= value or value == math.huge or value == -math.huge) then
-    return false
+  if kind == 'string' then
+    -- A fence is kept as a string of digits (see int()); older records hold a number.
+    if wanted == 'fence' then return string.match(value, '^%d+$') ~= nil end
+    return wanted == nil or wanted == 'string'
+  elseif kind == 'number' then
+    -- (value - value is 0 for a finite number, NaN for NaN and for either infinity.)
+    if value - value ~= 0 then return false end
+    if wanted == nil then return true end
+    -- (value % 1 is a number's fraction.)
+    local bound = wanted == 'fence' and MAX_WHOLE or MAX_FIELD_NUMBER
+    if value % 1 ~= 0 or value > bound or value < -bound then return false end
+    if wanted == 'fence' then return value >= 0 end
+    return wanted == 'number'
   end
-  local wanted = name == 'fence' and 'fence' or field_type(name)
-  if kind == 'number' and wanted and (value ~= math.floor(value) or
-      math.abs(value) > (wanted == 'fence' and MAX_WHOLE or MAX_FIELD_NUMBER)) then
-    return false
-  end
-  if wanted == 'fence' then
-    -- A string of digits (see int()); older records hold a number.
-    return (kind == 'number' and value >= 0) or (kind == 'string' and string.match(value, '^%d+$') ~= nil)
-  end
-  if wanted then return kind == wanted end
-  return kind == 'string' or kind == 'number' or kind == 'boolean'
+  return kind == 'boolean' and (wanted == nil or wanted == 'boolean')
 end
 
 -- Decodes a holder record, queue entry or history entry; nil when it is not one redlock
@@ -59,8 +63,11 @@ local function decode(json)
   if type(json) ~= 'string' then return nil end
   local ok, record = pcall(cjson.decode, json)
   if not ok or type(record) ~= 'table' then return nil end
+  local types = field_types()
   for name, value in pairs(record) do
-    if type(name) ~= 'string' or not flat_value(name, value) then return nil end
+    if type(name) ~= 'string' or not flat_value(name == 'fence' and 'fence' or types[name], value) then
+      return nil
+    end
   end
   if not (record.mode and record.since and record.exp) then return nil end
   if record.mode == 'semaphore' and not record.limit then return nil end
