@@ -752,6 +752,18 @@ fn records_whose_numbers_a_script_could_not_write_back_are_refused_before_any_wr
             vec!["release", "--key", "job"],
         ),
     ];
+    // A field redlock does not know, holding what cjson decodes but cannot encode again: the
+    // record of a shared hold released once is written back (its count less one).
+    let unknown = |value: &str| {
+        let shared = record(&|record| record["count"] = serde_json::json!(2));
+        (
+            format!("{},\"extra\":{value}}}", &shared[..shared.len() - 1]),
+            vec!["release", "--key", "job"],
+        )
+    };
+    let cases = cases
+        .into_iter()
+        .chain(["NaN", "Infinity", "-Infinity"].map(unknown));
     for (record, command) in cases {
         server.cmd::<()>(&["HSET", HOLDERS, &token, &record]);
         server.cmd::<()>(&["ZADD", LEASES, &(now + 60_000).to_string(), &token]);
