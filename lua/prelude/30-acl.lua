@@ -7,8 +7,9 @@
 -- each write they will make before their first one (check_writes). Redis before 7.0 cannot
 -- ask; there an ACL that denies a write still fails the script part-way (grant redlock's user
 -- the commands of docs/servers.md, "ACL").
+local acl_check_cmd = redis.acl_check_cmd
 local function denied(command, key, ...)
-  if not redis.acl_check_cmd or redis.acl_check_cmd(command, key, ...) then return nil end
+  if not acl_check_cmd or acl_check_cmd(command, key, ...) then return nil end
   return redis.error_reply('NOPERM this user may not run ' .. command .. ' on ' .. key ..
     ', which redlock needs; nothing was changed')
 end
@@ -36,7 +37,7 @@ end
 -- let go of a lock, or leave its queue, is refused before it takes or joins it. Returns nil,
 -- or the error reply of the first write the user may not make.
 local function check_writes(lock, does)
-  if not redis.acl_check_cmd then return nil end
+  if not acl_check_cmd then return nil end
   local key, all = lock.key, does.all
   return ((all or does.put) and (denied('HSET', key.holders, 'f', 'v') or denied('ZADD', key.leases, '1', 'm')))
     or ((all or does.remove) and (denied('HDEL', key.holders, 'f') or denied('ZREM', key.leases, 'm')))
@@ -61,7 +62,7 @@ end
 -- docs/servers.md did not grant EXISTS before redlock used it, and a server older than 7.0
 -- cannot be asked (there EXISTS is not used).
 local function existing(...)
-  if redis.acl_check_cmd and redis.acl_check_cmd('EXISTS', ...) then return redis.call('EXISTS', ...) end
+  if acl_check_cmd and acl_check_cmd('EXISTS', ...) then return redis.call('EXISTS', ...) end
   return nil
 end
 
