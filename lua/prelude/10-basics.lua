@@ -61,9 +61,10 @@ end
 -- reply: foreign data when the key is of another type (TYPE is asked only then, for the
 -- message: every call costs the server time), else the error itself (an ACL denial, say).
 local function read(key, ...)
-  local ok, reply = pcall(redis.call, ...)
-  if ok then return nil, reply end
-  local message = type(reply) == 'table' and reply.err or tostring(reply)
+  -- (An error comes back as a table with `err`, which no reply of a read has.)
+  local reply = redis.pcall(...)
+  if type(reply) ~= 'table' or not reply.err then return nil, reply end
+  local message = reply.err
   if string.find(message, 'WRONGTYPE', 1, true) then
     return foreign(key, 'is a ' .. redis.call('TYPE', key)['ok'])
   end
@@ -75,7 +76,7 @@ end
 local function server_clock()
   local time = redis.call('TIME')
   local seconds, micros = tonumber(time[1]), tonumber(time[2])
-  return seconds * 1000 + math.floor(micros / 1000), seconds * 1000000 + micros
+  return seconds * 1000 + (micros - micros % 1000) / 1000, seconds * 1000000 + micros
 end
 
 -- The server's clock, in ms.
