@@ -65,9 +65,8 @@ local function decode(json)
   if not ok or type(record) ~= 'table' then return nil end
   local types = field_types()
   for name, value in pairs(record) do
-    if type(name) ~= 'string' or not flat_value(name == 'fence' and 'fence' or types[name], value) then
-      return nil
-    end
+    local wanted = name == 'fence' and 'fence' or types[name]
+    if type(name) ~= 'string' or not flat_value(wanted, value) then return nil end
   end
   if not (record.mode and record.since and record.exp) then return nil end
   if record.mode == 'semaphore' and not record.limit then return nil end
