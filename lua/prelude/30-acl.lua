@@ -2,6 +2,12 @@
 -- not make refuses the script while nothing has changed.
 -- (lua/prelude/ is joined in file-name order, then a script's own file: see lua/README.md.)
 
+-- The error reply that refuses a script for `command` on `key`, which the user may not run.
+local function refusal(command, key)
+  return redis.error_reply('NOPERM this user may not run ' .. command .. ' on ' .. key ..
+    ', which redlock needs; nothing was changed')
+end
+
 -- Whether the user may run `command` on `key` (with its other arguments: Redis reads a
 -- command's keys from them): nil, or the error reply that refuses the script. Scripts ask about
 -- each write they will make before their first one (check_writes). Redis before 7.0 cannot
@@ -12,8 +18,23 @@
 local acl_check_cmd = redis.acl_check_cmd
 local function denied(command, key, ...)
   if not acl_check_cmd or acl_check_cmd(command, key, ...) then return nil end
-  return redis.error_reply('NOPERM this user may not run ' .. command .. ' on ' .. key ..
-    ', which redlock needs; nothing was changed')
+  return refusal(command, key)
+end
+
+-- Asks the questions of `questions(ask, ...)`: `ask(command, key, ...)` calls joined by `and`,
+-- true when the user may make all of them. They are asked with the server's own function as
+-- `ask`, a call each (a helper around it, as `denied`, costs the server as much again per
+-- question); when one is denied, again with a helper that keeps the first one denied, for
+-- the reply that names it. Returns nil, or that reply.
+local function first_denied(questions, ...)
+  if not acl_check_cmd or questions(acl_check_cmd, ...) then return nil end
+  local refused
+  questions(function(command, key, ...)
+    if acl_check_cmd(command, key, ...) then return true end
+    refused = refusal(command, key)
+    return false
+  end, ...)
+  return refused
 end
 
 -- The reads that a lock's later calls make (a release, a renewal, a waiter's look): an
@@ -21,43 +42,46 @@ end
 -- but not read could take a lock it cannot let go of. Each once, of the key it reads most (an
 -- ACL that tells one lock's keys apart is asked about by the writes' questions); the script's
 -- own reads need no question (a denied one fails the script before its first write).
-local function later_reads_denied(key)
-  return denied('HLEN', key.holders) or denied('HGET', key.holders, 'f')
-    or denied('HMGET', key.holders, 'f') or denied('ZCARD', key.leases)
-    or denied('ZCOUNT', key.leases, '1', '2') or denied('ZRANGE', key.leases, '0', '1')
-    or denied('ZRANGEBYSCORE', key.leases, '1', '2') or denied('ZRANK', key.queue, 'm')
-    or denied('GET', key.fence) or denied('TYPE', key.wake) or denied('PTTL', key.queue)
+local function later_reads(ask, key)
+  return ask('HLEN', key.holders) and ask('HGET', key.holders, 'f')
+    and ask('HMGET', key.holders, 'f') and ask('ZCARD', key.leases)
+    and ask('ZCOUNT', key.leases, '1', '2') and ask('ZRANGE', key.leases, '0', '1')
+    and ask('ZRANGEBYSCORE', key.leases, '1', '2') and ask('ZRANK', key.queue, 'm')
+    and ask('GET', key.fence) and ask('TYPE', key.wake) and ask('PTTL', key.queue)
 end
 
--- Checks, before the first write, the writes a script that changes a lock will make, by what
--- it will do (`does`): `put` holder records, `remove` some (or expired ones), `drop` both
--- holder keys at once, take a `fence`, write the `history`, the `queue` (entries, places, the
--- caller's wake list and other waiters'), a give-up's `cancel` mark; or `all` of them, and
--- the reads of the lock's later calls (later_reads_denied). Each
--- check costs the server time (about as much as a read): a release, a renewal, asks only
--- about what it will write; an acquisition asks about `all`, so that a user who could not
--- let go of a lock, or leave its queue, is refused before it takes or joins it. Returns nil,
--- or the error reply of the first write the user may not make.
-local function check_writes(lock, does)
-  if not acl_check_cmd then return nil end
-  local key, all = lock.key, does.all
-  return ((all or does.put) and (denied('HSET', key.holders, 'f', 'v') or denied('ZADD', key.leases, '1', 'm')))
-    or ((all or does.remove) and (denied('HDEL', key.holders, 'f') or denied('ZREM', key.leases, 'm')))
+-- The writes a script that changes a lock will make, by what it will do (`does`): `put`
+-- holder records, `remove` some (or expired ones), `drop` both holder keys at once, take a
+-- `fence`, write the `history`, the `queue` (entries, places, the caller's wake list and other
+-- waiters'), a give-up's `cancel` mark; or `all` of them, and the reads of the lock's later
+-- calls (later_reads). As questions for first_denied.
+local function writes(ask, key, does)
+  local all = does.all
+  return (not (all or does.put) or (ask('HSET', key.holders, 'f', 'v') and ask('ZADD', key.leases, '1', 'm')))
+    and (not (all or does.remove) or (ask('HDEL', key.holders, 'f') and ask('ZREM', key.leases, 'm')))
     -- (Holders that remain after a put or a removal get the latest lease's expiry: settle.)
-    or ((all or does.put or does.remove) and (denied('PEXPIREAT', key.holders, '1')
-      or denied('PEXPIREAT', key.leases, '1')))
-    or ((all or does.drop) and denied('DEL', key.holders, key.leases))
-    or ((all or does.fence) and (denied('INCR', key.fence) or denied('SET', key.fence, '1')))
-    or ((all or does.history) and (denied('ZADD', key.history, '1', 'm') or denied('ZREM', key.history, 'm')
-      or denied('PEXPIRE', key.history, '1')))
-    or ((all or does.queue) and (denied('ZADD', key.queue, '1', 'm') or denied('ZREM', key.queue, 'm')
-      or denied('PEXPIREAT', key.queue, '1') or denied('HSET', key.waiters, 'f', 'v')
-      or denied('HDEL', key.waiters, 'f') or denied('PEXPIREAT', key.waiters, '1')
-      or denied('DEL', key.wake) or denied('RPUSH', wake_key(key, '0'), 'v')
-      or denied('PEXPIRE', wake_key(key, '0'), '1')))
-    or ((all or does.cancel) and denied('SET', key.cancel, '1', 'PX', '1'))
-    or (all and later_reads_denied(key))
-    or nil
+    and (not (all or does.put or does.remove) or (ask('PEXPIREAT', key.holders, '1')
+      and ask('PEXPIREAT', key.leases, '1')))
+    and (not (all or does.drop) or ask('DEL', key.holders, key.leases))
+    and (not (all or does.fence) or (ask('INCR', key.fence) and ask('SET', key.fence, '1')))
+    and (not (all or does.history) or (ask('ZADD', key.history, '1', 'm') and ask('ZREM', key.history, 'm')
+      and ask('PEXPIRE', key.history, '1')))
+    and (not (all or does.queue) or (ask('ZADD', key.queue, '1', 'm') and ask('ZREM', key.queue, 'm')
+      and ask('PEXPIREAT', key.queue, '1') and ask('HSET', key.waiters, 'f', 'v')
+      and ask('HDEL', key.waiters, 'f') and ask('PEXPIREAT', key.waiters, '1')
+      and ask('DEL', key.wake) and ask('RPUSH', wake_key(key, '0'), 'v')
+      and ask('PEXPIRE', wake_key(key, '0'), '1')))
+    and (not (all or does.cancel) or ask('SET', key.cancel, '1', 'PX', '1'))
+    and (not all or later_reads(ask, key))
+end
+
+-- Checks, before the first write, the writes a script that changes a lock will make (see
+-- `writes`). Each check costs the server time (about as much as a read): a release, a
+-- renewal, asks only about what it will write; an acquisition asks about `all`, so that a user
+-- who could not let go of a lock, or leave its queue, is refused before it takes or joins it.
+-- Returns nil, or the error reply of the first write the user may not make.
+local function check_writes(lock, does)
+  return first_denied(writes, lock.key, does)
 end
 
 -- How many of `keys` exist (EXISTS), or nil when the user may not ask: the ACL of
