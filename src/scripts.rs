@@ -438,6 +438,7 @@ mod tests {
         assert!(named("local refused, key = inputs(1, 0, {history = KEYS[2]}, {})\n").is_err());
         assert!(named("local refused, key = inputs(2, 0, {history = KEYS[1]}, {})\n").is_err());
         assert!(named("local r, k, a = inputs(1, 1, {h = KEYS[1]}, {t = KEYS[1]})\n").is_err());
+        assert!(named("local r, k, a = inputs(1, 2, {h = KEYS[1]}, {t = ARGV[1]})\n").is_err());
     }
 
     /// Rust fills each script's inputs by name; the names and their order are the script's.

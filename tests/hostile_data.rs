@@ -753,11 +753,11 @@ fn records_whose_numbers_a_script_could_not_write_back_are_refused_before_any_wr
         ),
     ];
     // A field redlock does not know, holding what cjson decodes but cannot encode again: the
-    // record of a shared hold released once is written back (its count less one).
+    // record of a hold re-entered once (count 2) is written back by its release (count 1).
     let unknown = |value: &str| {
-        let shared = record(&|record| record["count"] = serde_json::json!(2));
+        let reentered = record(&|record| record["count"] = serde_json::json!(2));
         (
-            format!("{},\"extra\":{value}}}", &shared[..shared.len() - 1]),
+            format!("{},\"extra\":{value}}}", &reentered[..reentered.len() - 1]),
             vec!["release", "--key", "job"],
         )
     };

@@ -47,7 +47,7 @@ local function flat_value(wanted, value)
     -- (value - value is 0 for a finite number, NaN for NaN and for either infinity.)
     if value - value ~= 0 then return false end
     if wanted == nil then return true end
-    -- (value % 1 is a number's fraction.)
+    -- (value % 1 is 0 exactly when value is whole.)
     local bound = wanted == 'fence' and MAX_WHOLE or MAX_FIELD_NUMBER
     if value % 1 ~= 0 or value > bound or value < -bound then return false end
     if wanted == 'fence' then return value >= 0 end

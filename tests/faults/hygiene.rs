@@ -2,7 +2,7 @@
 //! SHA (the SHA Redis caches is the SHA-1 of the prelude, `lua/prelude/`'s files joined in
 //! file-name order, followed by the script's file,
 //! never of text built at run time), no script loads code (`loadstring`, `load`, ...), `KEYS`
-//! and `ARGV` are read in one place (`inputs` in the prelude, which names them), and no key
+//! and `ARGV` are read in one place (each script's call of `inputs`, which names them), and no key
 //! name is built inside a script, with one documented exception: other waiters' wake lists
 //! (`wake_key`, same hash tag as the lock; `lua/README.md` says why).
 
