@@ -23,8 +23,12 @@ if entry == nil or entry.exp <= lock.now then return {REPLY.refresh.not_queued, 
 refused, rank = read(key.queue, 'ZRANK', key.queue, arg.waiter)
 if refused then return refused end
 if not rank then return foreign(key.waiters, 'holds a field') end
-refused = denied('HSET', key.waiters, 'f', 'v') or denied('PEXPIREAT', key.waiters, '1') or
-  denied('PEXPIREAT', key.queue, '1')
+-- The writes below, as questions (first_denied).
+local function place_writes(ask, queue_keys)
+  return ask('HSET', queue_keys.waiters, 'f', 'v') and ask('PEXPIREAT', queue_keys.waiters, '1')
+    and ask('PEXPIREAT', queue_keys.queue, '1')
+end
+refused = first_denied(place_writes, key)
 if refused then return refused end
 
 -- From here on, writes.

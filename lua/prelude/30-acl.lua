@@ -8,22 +8,17 @@ local function refusal(command, key)
     ', which redlock needs; nothing was changed')
 end
 
--- Whether the user may run `command` on `key` (with its other arguments: Redis reads a
--- command's keys from them): nil, or the error reply that refuses the script. Scripts ask about
--- each write they will make before their first one (check_writes). Redis before 7.0 cannot
--- ask; there an ACL that denies a write still fails the script part-way (grant redlock's user
--- the commands of docs/servers.md, "ACL").
+-- Scripts ask whether the user may run each write they will make (`command` on `key`, with its
+-- other arguments: Redis reads a command's keys from them) before their first one
+-- (check_writes). Redis before 7.0 cannot ask; there an ACL that denies a write still fails
+-- the script part-way (grant redlock's user the commands of docs/servers.md, "ACL").
 -- (The function read once: an acquisition asks some 45 questions, and reading it from the
 -- script's globals twice for each cost the server about 19,000 instructions per run cycle.)
 local acl_check_cmd = redis.acl_check_cmd
-local function denied(command, key, ...)
-  if not acl_check_cmd or acl_check_cmd(command, key, ...) then return nil end
-  return refusal(command, key)
-end
 
 -- Asks the questions of `questions(ask, ...)`: `ask(command, key, ...)` calls joined by `and`,
 -- true when the user may make all of them. They are asked with the server's own function as
--- `ask`, a call each (a helper around it, as `denied`, costs the server as much again per
+-- `ask`, a call each (a Lua helper around it would cost the server as much again per
 -- question); when one is denied, again with a helper that keeps the first one denied, for
 -- the reply that names it. Returns nil, or that reply.
 local function first_denied(questions, ...)
