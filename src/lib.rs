@@ -169,14 +169,16 @@ fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
 fn parse_once(args: &[OsString]) -> Result<Cli, clap::Error> {
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
-    let command = || {
-        let command = Cli::command().version(cli::VERSION);
-        match long_help {
-            true => command.after_long_help(cli::after_long_help()),
-            false => command,
-        }
-    };
-    let mut matches = match command().try_get_matches_from(args) {
+    let command = || whole_command(long_help);
+    // A command line that starts with its subcommand (`redlock run ...`, as most do) is parsed
+    // by that subcommand's tree alone; one that starts with a global option, by the whole.
+    let parser = args
+        .get(1)
+        .and_then(|first| first.to_str())
+        .filter(|_| !long_help)
+        .and_then(cli::command_for)
+        .unwrap_or_else(command);
+    let mut matches = match parser.try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(err) if is_help(&err) => {
             // Help was asked for: only now build every subcommand (they are deferred, see
@@ -192,15 +194,29 @@ fn parse_once(args: &[OsString]) -> Result<Cli, clap::Error> {
         }
         Err(err) => return Err(err),
     };
+    cli_from(&mut matches)
+}
+
+/// The typed command line of what clap matched.
+fn cli_from(matches: &mut clap::ArgMatches) -> Result<Cli, clap::Error> {
     // Global options are propagated down to the subcommand with their source.
-    let mut deepest = &matches;
+    let mut deepest = &*matches;
     while let Some((_, sub)) = deepest.subcommand() {
         deepest = sub;
     }
     let redis_from_env = deepest.value_source("redis") == Some(ValueSource::EnvVariable);
-    let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+    let mut cli = Cli::from_arg_matches_mut(matches)?;
     cli.global.redis_from_env = redis_from_env;
     Ok(cli)
+}
+
+/// The whole tree, every subcommand in it; `long_help`: with the top page's closing sections.
+fn whole_command(long_help: bool) -> clap::Command {
+    let command = Cli::command().version(cli::VERSION);
+    match long_help {
+        true => command.after_long_help(cli::after_long_help()),
+        false => command,
+    }
 }
 
 /// Whether clap's "error" is help to print.
@@ -284,5 +300,85 @@ fn report_parse_error(err: &clap::Error, args: &[OsString], inherited: Inherited
             log::error(&why, exit::USAGE);
             exit::USAGE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What clap makes of `args` with `command`: the typed command line, or the error's kind
+    /// and its text as printed.
+    fn outcome(command: clap::Command, args: &[&str]) -> String {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        match command
+            .try_get_matches_from(&args)
+            .and_then(|mut matches| cli_from(&mut matches))
+        {
+            Ok(cli) => format!("{cli:?}"),
+            Err(err) => format!("{:?}: {}", err.kind(), err.render()),
+        }
+    }
+
+    /// The tree of one subcommand (`cli::command_for`) parses every command line that starts
+    /// with that subcommand as the whole tree does: the same values with the same sources, or
+    /// the same error word for word.
+    #[test]
+    fn a_subcommand_s_own_tree_parses_as_the_whole_tree_does() {
+        // Words split at spaces: no word below has one.
+        let globals = [
+            "",
+            "--redis redis://a:1 --redis redis://b:2 --redis redis://c:3",
+            "-v -v --log-format json --prefix ci",
+            "--quiet --verbose",
+            "--connect-timeout 1s --command-timeout 2s --release-timeout 9s",
+            "--tls-ca /ca.pem --tls-server-name redis.internal --tls-insecure",
+            "--password-file /run/secret --connect-timeout 10x",
+            "--bogus",
+            "-h",
+        ];
+        let lines = [
+            "run --key job --ttl 10m -- make -j 2",
+            "run job --wait forever -- true",
+            "run --key job sort -k 2",
+            "run --key job --ttl 10x -- true",
+            "run",
+            "acquire job --ttl 30s --wait 5s",
+            "acquire job",
+            "release job --token t --force --reason stuck",
+            "extend job --token t --ttl 1m",
+            "inspect job --json",
+            "history job",
+            "check job --succeeded-within 1d",
+            "check job",
+            "list --json",
+            "metrics",
+            "doctor",
+            "completions bash",
+            "completions tcsh",
+            "man run",
+            "keep-alive --key job --ttl 1m --max-hold 1h",
+            "pid-namespace-init -- true",
+        ];
+        let mut parsed = 0;
+        for line in lines {
+            let (name, own) = line.split_once(' ').unwrap_or((line, ""));
+            for global in globals {
+                // The global options after the subcommand, and before its own.
+                let args: Vec<&str> = ["redlock", name]
+                    .into_iter()
+                    .chain(global.split_whitespace())
+                    .chain(own.split_whitespace())
+                    .collect();
+                let only = cli::command_for(name).expect("a subcommand");
+                let whole = outcome(whole_command(false), &args);
+                assert_eq!(outcome(only, &args), whole, "{args:?}");
+                parsed += usize::from(!whole.contains("Error"));
+            }
+        }
+        // The lines above are mostly ones that parse, not only errors.
+        assert!(parsed > lines.len() * 3, "{parsed} parsed");
+        assert!(cli::command_for("--redis").is_none());
+        assert!(cli::command_for("help").is_none());
     }
 }

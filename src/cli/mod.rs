@@ -214,6 +214,23 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// clap's tree for a command line whose first word is a subcommand's name: the root's options
+/// and that subcommand alone (`None` if `first` names none). Before it parses, clap copies
+/// every global option into every subcommand the root has; with all of them that copy, and
+/// freeing it, cost a third of redlock's own start-up (docs/performance.md). What parsing a
+/// subcommand takes from the root, its global options and settings, is here; the root's
+/// help, the manual pages and the completions use the whole tree (`Cli`).
+pub(crate) fn command_for(first: &str) -> Option<clap::Command> {
+    let subcommands = Command::augment_subcommands(clap::Command::new("redlock"));
+    let only = subcommands.find_subcommand(first)?.clone();
+    let root = clap::Command::new("redlock")
+        .version(VERSION)
+        .max_term_width(HELP_WIDTH)
+        .subcommand_required(true)
+        .arg_required_else_help(true);
+    Some(Global::augment_args(root).subcommand(only))
+}
+
 /// The widest help is wrapped to, on a wider terminal or none.
 pub(crate) const HELP_WIDTH: usize = 100;
 
