@@ -1,8 +1,9 @@
-//! The main thread never blocks on Redis. It decides; worker threads talk to Redis. This module
-//! is how the two meet: an [`Inbox`] that the main thread waits on, which delivers both the
-//! handled signals (read from the signalfd, see `signals`) and the replies of [`Worker`]s, in
-//! one `poll`, so a signal is acted on at once whatever state Redis is in, and a reply as soon
-//! as it comes.
+//! The main thread is never held up by Redis. It decides; requests talk to Redis, on worker
+//! threads or on the main thread with their waits cut short by a signal ([`Requests`],
+//! `interrupt`). This module is how the two meet: an [`Inbox`] that the main thread waits on,
+//! which delivers both the handled signals (read from the signalfd, see `signals`) and the
+//! replies of requests, in one `poll`, so a signal is acted on at once whatever state Redis is
+//! in, and a reply as soon as it comes.
 //!
 //! Time is kept on `CLOCK_BOOTTIME` (see `clock`): each wait arms a timer on that clock for its
 //! deadline, which `poll` watches beside the rest, so a deadline that passes while the machine
@@ -29,7 +30,8 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 
 use crate::clock::BootInstant;
 use crate::exit::system;
-use crate::signals::Signals;
+use crate::interrupt;
+use crate::signals::{Signals, Watch};
 
 /// What the main thread hears.
 #[derive(Debug)]
@@ -155,6 +157,11 @@ impl<'s, R> Inbox<'s, R> {
         }
     }
 
+    /// A handle on the signals, for requests that wait on this thread (see `interrupt`).
+    pub(crate) fn watch(&self) -> Watch {
+        self.signals.watch()
+    }
+
     /// A signal that has arrived and not been read yet, if any.
     pub(crate) fn pending_signal(&self) -> Option<i32> {
         self.signals.read()
@@ -197,6 +204,85 @@ impl Worker {
         });
         // The thread only ends when this sender is dropped.
         let _ = self.jobs.send(job);
+    }
+}
+
+/// Where one lock's requests run. Where every wait of a request can be a `poll` (one server at
+/// an IP address, `Target::pollable`), on the main thread, its waits cut short by a signal that
+/// ends redlock (`interrupt`): a thread's start and two hand-offs per request were a tenth of
+/// a `run` (docs/performance.md). Elsewhere on a worker thread: a name lookup cannot be cut
+/// short, and a Sentinel or Cluster target may send a request to any server by name. A wait
+/// on the wake list always runs on a thread: the main thread redraws the status line
+/// meanwhile.
+pub(crate) enum Requests {
+    /// On the calling thread; the thread for waits is started when first needed.
+    Inline {
+        signals: Watch,
+        thread: Option<Worker>,
+    },
+    /// On a worker thread.
+    Thread(Worker),
+}
+
+impl Requests {
+    /// Requests on the calling thread, cut short by `signals`, if `inline` (the thread for
+    /// waits is started when first needed); else on a thread started now.
+    pub(crate) fn new(inline: bool, signals: Watch) -> anyhow::Result<Self> {
+        Ok(match inline {
+            true => Self::Inline {
+                signals,
+                thread: None,
+            },
+            false => Self::Thread(Worker::start("redis")?),
+        })
+    }
+
+    /// The same kind, with none of this one's work: a request abandoned on this one's thread
+    /// finishes or times out on its own.
+    pub(crate) fn fresh(&self) -> anyhow::Result<Self> {
+        match self {
+            Self::Inline { signals, .. } => Self::new(true, signals.clone()),
+            Self::Thread(_) => Ok(Self::Thread(Worker::start("redis")?)),
+        }
+    }
+
+    /// A request: on the calling thread, its waits cut short by a signal that ends redlock or
+    /// by `until`, and its reply posted before this returns; or on the thread.
+    pub(crate) fn request<R: Send + 'static>(
+        &self,
+        reporter: &Reporter<R>,
+        until: BootInstant,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) {
+        match self {
+            Self::Inline { signals, .. } => {
+                let reply = interrupt::within(signals, until, || {
+                    std::panic::catch_unwind(AssertUnwindSafe(job)).map_err(panic_message)
+                });
+                // No wake-up: the inbox is this thread's, and looks for replies before it
+                // waits.
+                let _ = reporter.sender.send(reply);
+            }
+            Self::Thread(worker) => worker.run(reporter, job),
+        }
+    }
+
+    /// `job` on the thread, started first if it has not been (if it cannot be, `job` is
+    /// dropped with what it holds).
+    pub(crate) fn on_thread<R: Send + 'static>(
+        &mut self,
+        reporter: &Reporter<R>,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let worker = match self {
+            Self::Inline { thread, .. } => match thread {
+                Some(worker) => worker,
+                None => thread.insert(Worker::start("redis")?),
+            },
+            Self::Thread(worker) => worker,
+        };
+        worker.run(reporter, job);
+        Ok(())
     }
 }
 

@@ -31,9 +31,10 @@
 //! - `supervise`: running the command under the lock (a state machine): a `Renewer` for the
 //!   lease, a `Stopper` for the command's process group (`child` starts and reaps it),
 //!   self-fencing, and the release.
-//! - `inbox`: the main thread's one wait for signals and for the replies of worker threads,
-//!   which make every Redis request; `signals` says which signals are handled and what the
-//!   command inherits; `clock` keeps deadlines on a suspend-aware monotonic clock.
+//! - `inbox`: the main thread's one wait for signals and for the replies of requests, made on
+//!   worker threads or, where nothing can block them but Redis, on the main thread with their
+//!   waits cut short by a signal (`interrupt`); `signals` says which signals are handled and
+//!   what the command inherits; `clock` keeps deadlines on a suspend-aware monotonic clock.
 
 mod acquire;
 pub mod cli;
@@ -47,6 +48,7 @@ mod failpoint;
 mod files;
 mod identity;
 mod inbox;
+mod interrupt;
 pub mod keys;
 mod lease;
 pub mod lock;

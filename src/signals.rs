@@ -6,8 +6,8 @@
 //! command's process group, and redlock releases the lock once the group is gone. The handled
 //! signals are blocked in every thread (the main thread blocks them before any other thread
 //! exists; threads inherit the mask) and read from a signalfd by the main thread, in the same
-//! wait as everything else it listens to (see `inbox`): no handler ever runs, so no Redis read
-//! is cut short with EINTR. `ctrlc` could not do this: it has one handler for INT, TERM and HUP,
+//! wait as everything else it listens to (see `inbox`), or in the wait of a request it makes
+//! itself (see `interrupt`): no handler ever runs, so no Redis read is cut short with EINTR. `ctrlc` could not do this: it has one handler for INT, TERM and HUP,
 //! cannot tell them apart, and never sees the other signals.
 //!
 //! Not handled: SIGKILL and SIGSTOP (impossible), the job-control stops (SIGTSTP, SIGTTIN: they
@@ -23,7 +23,9 @@
 
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -67,9 +69,14 @@ const LEFT_ALONE: [Signal; 9] = [
     Signal::SIGPIPE,
 ];
 
+/// Signals a [`Watch`] read while a request waited (see `interrupt`), oldest first: the next
+/// ones [`Signals::read`] returns.
+static HEARD: Mutex<VecDeque<i32>> = Mutex::new(VecDeque::new());
+
 /// The handled signals, blocked, and the signalfd that reads them.
 pub(crate) struct Signals {
     fd: SignalFd,
+    watch: Watch,
     inherited: Inherited,
     /// The mask of the thread that blocked them, as it was: the command's mask.
     start_mask: SigSet,
@@ -94,8 +101,17 @@ impl Signals {
             .map_err(refused)?;
         let fd = SignalFd::with_flags(&handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
             .map_err(refused)?;
+        let watch = Watch {
+            fd: Arc::new(
+                fd.as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|err| system("a signal descriptor", err))?,
+            ),
+            inherited,
+        };
         Ok(Self {
             fd,
+            watch,
             inherited,
             start_mask,
         })
@@ -104,6 +120,13 @@ impl Signals {
     /// The next handled signal that has arrived, if any. Signals the caller ignored are
     /// dropped here, as the kernel would have dropped them had redlock not blocked them.
     pub(crate) fn read(&self) -> Option<i32> {
+        let heard = HEARD
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        if heard.is_some() {
+            return heard;
+        }
         loop {
             let info = self.fd.read_signal().ok()??;
             let signal = info.ssi_signo as i32;
@@ -111,6 +134,11 @@ impl Signals {
                 return Some(signal);
             }
         }
+    }
+
+    /// A handle on the same signals for a wait outside the inbox (see `interrupt`).
+    pub(crate) fn watch(&self) -> Watch {
+        self.watch.clone()
     }
 
     /// What the command's process must restore between fork and exec.
@@ -123,6 +151,44 @@ impl Signals {
 }
 
 impl AsFd for Signals {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The signalfd again (the same queue of signals, through a second descriptor), for a request
+/// that waits on the main thread (`interrupt`): what it reads goes to the inbox next.
+#[derive(Clone)]
+pub(crate) struct Watch {
+    fd: Arc<OwnedFd>,
+    inherited: Inherited,
+}
+
+impl Watch {
+    /// Reads the signals that have arrived, keeping them in order for [`Signals::read`], and
+    /// returns the first that ends redlock, if any.
+    pub(crate) fn terminating(&self) -> Option<i32> {
+        let mut ending = None;
+        // One `signalfd_siginfo` a read; `ssi_signo` is its first field.
+        let mut info = [0_u8; 128];
+        while let Ok(128) = nix::unistd::read(&*self.fd, &mut info) {
+            let signal = i32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+            if self.inherited.ignores(signal) {
+                continue;
+            }
+            HEARD
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back(signal);
+            if terminates(signal) {
+                ending = ending.or(Some(signal));
+            }
+        }
+        ending
+    }
+}
+
+impl AsFd for Watch {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

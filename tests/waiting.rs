@@ -753,6 +753,57 @@ fn a_signal_ends_a_wait_within_a_second_whatever_redis_does() {
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
 
+/// A signal ends the final release of a `run` at once when Redis does not answer it: redlock
+/// is stopped where its command has ended and its release is not sent yet, the server is
+/// stopped, and TERM is waiting for redlock when it continues. It says the release was cut
+/// short and exits with the command's status; the lock is left to its lease.
+#[test]
+fn a_signal_ends_a_release_that_redis_does_not_answer() {
+    let server = RedisServer::start();
+    let running = server
+        .redlock(&["run", "--key", "job", "--ttl", "30s", "--", "true"])
+        .env("REDLOCK_FAILPOINT", "stop:ending")
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || crate::util::stopped(
+            running.pid()
+        )),
+        "redlock did not stop where its command had ended"
+    );
+    crate::util::send_signal(server.pid(), "STOP");
+    running.signal("TERM");
+    let sent = Instant::now();
+    running.signal("CONT");
+    let out = running.wait(Duration::from_secs(10));
+    let took = sent.elapsed();
+    crate::util::send_signal(server.pid(), "CONT");
+    out.code(0)
+        .stderr_contains("could not release lock 'job' (SIGTERM received while releasing)");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+/// A server named by its host name (which only a lookup turns into an address, so its
+/// requests go through a worker thread rather than the main one): a waiter queues, is woken
+/// when the holder lets go, runs its command and releases, as on an address.
+#[test]
+fn a_server_named_by_its_host_name_serves_a_waiter() {
+    let server = RedisServer::start();
+    let token = hold(&server, "60s");
+    let by_name = server.url().replace("127.0.0.1", "localhost");
+    let waiter = server
+        .redlock(&["run", "--key", "job", "--wait", "20s", "--", "echo", "ran"])
+        .env("REDLOCK_URL", &by_name)
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || waiters(&server) == 1));
+    server
+        .redlock(&["release", "--key", "job", "--token", &token])
+        .run()
+        .code(0);
+    let out = waiter.wait(Duration::from_secs(20));
+    out.code(0).stdout_contains("ran");
+    server.redlock(&["inspect", "--key", "job"]).run().code(1);
+}
+
 /// Without a terminal (a CI log) a waiter says where it stands when it starts and then every
 /// --progress-every, with current figures: who holds the lock and for how long, the place in
 /// the queue, the time left. A holder's command is printed with its control characters

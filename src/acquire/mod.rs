@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::conn::Session;
 use crate::duration;
-use crate::inbox::{Inbox, Incoming, Worker};
+use crate::inbox::{Inbox, Incoming, Requests};
 use crate::lock::{Holder, Identity, Lease, Mode, Replicas, Request, Retention, Token};
 use crate::signals::{self, Signals};
 
@@ -41,7 +41,7 @@ pub(crate) trait Machine<'a> {
     /// The next instant the machine must look at the clock, if any.
     fn wake_at(&self) -> Option<BootInstant>;
     /// The lock taken: the worker its hold's requests go on (the rest of the machine ends).
-    fn into_worker(self) -> Worker;
+    fn into_worker(self) -> Requests;
     /// The outcome of a machine that ended without the lock: what was given up (bounded), and
     /// who holds the lock.
     fn conclude(self, missed: Missed) -> Outcome;
@@ -271,7 +271,7 @@ pub(crate) struct Held {
     pub(crate) answered: BootInstant,
     /// What the store keeps for its renewals and release (the connection that took it).
     pub(crate) kept: Kept,
-    pub(crate) worker: Worker,
+    pub(crate) worker: Requests,
 }
 
 /// Pause before the next attempt after `failures` failed ones: 100 ms doubling to 2 s, less up

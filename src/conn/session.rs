@@ -19,13 +19,13 @@ fn resend_floor(timeout: Duration) -> Duration {
 }
 
 /// Sleeps for `pause` when a request would still have [`resend_floor`] left after it; `false`
-/// (at once) when it would not: the request ends rather than pause past its command timeout.
+/// (at once) when it would not: the request ends rather than pause past its command timeout;
+/// and when a signal cut the pause short (`interrupt`).
 fn pause_within(pause: Duration, deadline: Instant, timeout: Duration) -> bool {
     if Instant::now() + pause + resend_floor(timeout) >= deadline {
         return false;
     }
-    std::thread::sleep(pause);
-    true
+    crate::interrupt::pause(pause).is_ok()
 }
 
 /// A request that redirections kept from reaching the slot's node within `timeout`: it did

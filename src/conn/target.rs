@@ -20,6 +20,19 @@ impl Target {
         }
     }
 
+    /// Whether every wait of a request to this target can be a `poll` (see `interrupt`): one
+    /// server at an IP address. A name lookup cannot be one, nor the connect of a Unix socket
+    /// whose server has a full backlog; a Sentinel or Cluster target may send a request to any
+    /// server, by name.
+    pub(crate) fn pollable(&self) -> bool {
+        match &self.servers {
+            Servers::Single(Address::Tcp { host, .. }) => host.parse::<std::net::IpAddr>().is_ok(),
+            Servers::Single(Address::Unix(_))
+            | Servers::Sentinel { .. }
+            | Servers::Cluster { .. } => false,
+        }
+    }
+
     /// Parses `url` and checks `access` against it. Errors are usage errors that say why, and
     /// never contain a password.
     pub fn new(url: &str, access: Access) -> anyhow::Result<Self> {

@@ -9,16 +9,22 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::os::fd::{AsFd, AsRawFd as _};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Value};
 
+use nix::errno::Errno;
+use nix::poll::PollFlags;
+use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrStorage, sockopt};
+
 use super::resp::Reader;
 use super::tls::Tls;
 use super::url::Address;
 use crate::exit::{Failure, NotRun, fail, fail_not_run};
+use crate::interrupt;
 
 /// The byte stream under a connection.
 enum Stream {
@@ -84,7 +90,7 @@ impl Write for Stream {
 }
 
 /// A socket's timeouts (TCP and Unix sockets have the same methods, but no common trait).
-trait Socket: Read + Write {
+trait Socket: Read + Write + AsFd {
     fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
 }
@@ -172,6 +178,7 @@ impl<S: Socket> Timed<S> {
 impl<S: Socket> Read for Timed<S> {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         self.apply()?;
+        let mut timeout = self.standing;
         if let Some(deadline) = self.deadline {
             if self.reads > 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -181,9 +188,11 @@ impl<S: Socket> Read for Timed<S> {
                 // The read timeout is not the standing one any more.
                 self.applied = None;
                 self.socket.set_read_timeout(Some(left))?;
+                timeout = Some(left);
             }
             self.reads = self.reads.saturating_add(1);
         }
+        interrupt::ready(self.socket.as_fd(), PollFlags::POLLIN, timeout)?;
         self.socket.read(buffer)
     }
 }
@@ -191,6 +200,7 @@ impl<S: Socket> Read for Timed<S> {
 impl<S: Socket> Write for Timed<S> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.apply()?;
+        interrupt::ready(self.socket.as_fd(), PollFlags::POLLOUT, self.standing)?;
         self.socket.write(bytes)
     }
 
@@ -454,7 +464,7 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
                 // The last round: the rest, shared by the addresses not tried in it yet.
                 left / u32::try_from(count - n).unwrap_or(u32::MAX)
             };
-            match TcpStream::connect_timeout(&address, wait.max(Duration::from_millis(1))) {
+            match connect_one(&address, wait.max(Duration::from_millis(1))) {
                 Ok(tcp) => return Ok(tcp),
                 Err(err) => {
                     if matches!(
@@ -474,6 +484,42 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
         round += 1;
     }
     Err(last)
+}
+
+/// One attempt to connect to `address`, waiting `wait` at most: std's, or inside
+/// `interrupt::within` one whose wait a signal cuts short.
+fn connect_one(address: &SocketAddr, wait: Duration) -> io::Result<TcpStream> {
+    if !interrupt::inside() {
+        return TcpStream::connect_timeout(address, wait);
+    }
+    let family = match address {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let socket = socket::socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    match socket::connect(socket.as_raw_fd(), &SockaddrStorage::from(*address)) {
+        Ok(()) | Err(Errno::EINPROGRESS) => {}
+        Err(err) => return Err(err.into()),
+    }
+    interrupt::ready(socket.as_fd(), PollFlags::POLLOUT, Some(wait)).map_err(|err| {
+        match err.kind() {
+            // As std says it.
+            io::ErrorKind::WouldBlock => io::ErrorKind::TimedOut.into(),
+            _ => err,
+        }
+    })?;
+    match socket::getsockopt(&socket, sockopt::SocketError)? {
+        0 => {}
+        errno => return Err(io::Error::from_raw_os_error(errno)),
+    }
+    let tcp = TcpStream::from(socket);
+    tcp.set_nonblocking(false)?;
+    Ok(tcp)
 }
 
 /// A failure to reach the server at all. Refused, or no route to the host: an answer that

@@ -38,7 +38,7 @@ use crate::acquire::Kept;
 use crate::clock::{BootInstant, MAX_NAP};
 use crate::duration;
 use crate::exit::{ChildStatus, Done, Failure, fail, failure_of};
-use crate::inbox::{Inbox, Incoming, Worker};
+use crate::inbox::{Inbox, Incoming, Requests};
 use crate::lease::{HASTY_RELEASE, Lease, Plan, Renewed, Renewer, Verdict};
 use crate::lock::{Ending, Lock, Release, ReleaseRequest, Token};
 use crate::log::{Log, printable};

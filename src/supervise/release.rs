@@ -22,7 +22,7 @@ pub(super) struct FinalRelease<'a> {
     pub(super) fence: u64,
     pub(super) key: &'a str,
     pub(super) log: Log,
-    pub(super) worker: Worker,
+    pub(super) worker: Requests,
 }
 
 impl FinalRelease<'_> {
@@ -55,15 +55,16 @@ impl FinalRelease<'_> {
         };
         let (lock, store, token) = (self.lock.clone(), self.store.clone(), self.token.clone());
         let log = self.log;
-        self.worker.run(&self.inbox.reporter(), move || {
-            let request = ReleaseRequest {
-                token: &token,
-                min_hold,
-                ending: &report,
-            };
-            let released = store.release(&lock, session, &request, bound, log);
-            Reply::Released(released)
-        });
+        self.worker
+            .request(&self.inbox.reporter(), deadline, move || {
+                let request = ReleaseRequest {
+                    token: &token,
+                    min_hold,
+                    ending: &report,
+                };
+                let released = store.release(&lock, session, &request, bound, log);
+                Reply::Released(released)
+            });
         let released = loop {
             match self.inbox.next(deadline) {
                 Some(Incoming::Reply(Reply::Released(released))) => break released?,

@@ -16,7 +16,7 @@ use crate::acquire::{Ask, Ended, Kept, Machine, Missed, Outcome, Place, Wait, Wa
 use crate::clock::BootInstant;
 use crate::conn::Closer;
 use crate::exit::{Failure, fail, failure_of};
-use crate::inbox::{Reporter, Worker};
+use crate::inbox::{Reporter, Requests, Worker};
 use crate::lock::{Lease, Lock, Mode, Token, Waiter};
 use crate::log::{Log, printable};
 
@@ -172,8 +172,8 @@ impl<'a> Machine<'a> for Rounds<'a> {
         self.next_round_at
     }
 
-    fn into_worker(self) -> Worker {
-        self.worker
+    fn into_worker(self) -> Requests {
+        Requests::Thread(self.worker)
     }
 
     fn conclude(mut self, missed: Missed) -> Outcome {

@@ -139,7 +139,10 @@ pub(super) fn release(
         // A closed connection is replaced at once, the first time.
         if attempt > 1 || fate != Some(Fate::NoReply(NoReply::Dropped)) {
             let pause = RETRY_PAUSE * (1 << (attempt - 1).min(2));
-            std::thread::sleep(pause.min(retry_until.remaining()));
+            if crate::interrupt::pause(pause.min(retry_until.remaining())).is_err() {
+                // A signal cut it short (`interrupt`).
+                return Err(err);
+            }
         }
     }
 }

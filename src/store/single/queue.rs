@@ -31,7 +31,7 @@ use crate::clock::BootInstant;
 use crate::conn::{Session, Target};
 use crate::duration;
 use crate::exit::{Failure, fail, failure_of};
-use crate::inbox::Worker;
+use crate::inbox::Requests;
 use crate::lock::{Acquisition, Holder, Lock, QUEUE_ENTRY_TTL, Refreshed, Waiter, Wake};
 use crate::log::Log;
 
@@ -110,7 +110,7 @@ const GIVE_UP_STEP: Duration = Duration::from_millis(400);
 /// One waiter's way through the lock's queue (see the top of this file).
 pub(crate) struct Acquirer<'a> {
     waiting: Waiting<'a, Reply>,
-    worker: Worker,
+    worker: Requests,
     target: &'a Target,
     lock: &'a Lock,
     ask: &'a Ask,
@@ -160,7 +160,7 @@ impl<'a> Acquirer<'a> {
         log: Log,
     ) -> anyhow::Result<Self> {
         Ok(Self {
-            worker: Worker::start("redis")?,
+            worker: Requests::new(target.pollable(), waiting.inbox.watch())?,
             target,
             lock,
             ask,
@@ -257,7 +257,7 @@ impl<'a> Machine<'a> for Acquirer<'a> {
             // abandon it with its request, and carry on with a fresh one.
             self.reply_by = None;
             self.unanswered |= self.unsure;
-            self.worker = Worker::start("redis")?;
+            self.worker = self.worker.fresh()?;
             let err = fail(
                 Failure::Unavailable,
                 format!(
@@ -319,7 +319,7 @@ impl<'a> Machine<'a> for Acquirer<'a> {
         }
     }
 
-    fn into_worker(self) -> Worker {
+    fn into_worker(self) -> Requests {
         self.worker
     }
 

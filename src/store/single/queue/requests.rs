@@ -34,32 +34,34 @@ impl Acquirer<'_> {
             (Some(token), true) => token.clone(),
             _ => waiter.token.clone(),
         };
-        self.reply_by = Some(BootInstant::now() + self.target.request_bound());
-        self.worker.run(&self.waiting.inbox.reporter(), move || {
-            let mut sent = BootInstant::now();
-            let request = ask.request(&token, reenter);
-            let queueing = match call {
-                Call::Fail => Queueing::No,
-                Call::Join => Queueing::Join(&waiter),
-                Call::Stay => Queueing::Stay(&waiter),
-            };
-            let result = match session {
-                Some(session) => Ok(session),
-                None => target.connect().inspect(|_| {
-                    log.step(format_args!("connected to {}", target.redacted()));
-                }),
-            }
-            .and_then(|mut session| {
-                // The lease counts from the request, not from connecting (a Sentinel target
-                // asks the sentinels first): still before the server can run it.
-                sent = BootInstant::now();
-                // After a failure a late reply may still come on this connection: it is
-                // dropped with the error.
-                let acquisition = lock.acquire(&mut session, &request, queueing)?;
-                Ok((acquisition, session))
+        let reply_by = BootInstant::now() + self.target.request_bound();
+        self.reply_by = Some(reply_by);
+        self.worker
+            .request(&self.waiting.inbox.reporter(), reply_by, move || {
+                let mut sent = BootInstant::now();
+                let request = ask.request(&token, reenter);
+                let queueing = match call {
+                    Call::Fail => Queueing::No,
+                    Call::Join => Queueing::Join(&waiter),
+                    Call::Stay => Queueing::Stay(&waiter),
+                };
+                let result = match session {
+                    Some(session) => Ok(session),
+                    None => target.connect().inspect(|_| {
+                        log.step(format_args!("connected to {}", target.redacted()));
+                    }),
+                }
+                .and_then(|mut session| {
+                    // The lease counts from the request, not from connecting (a Sentinel target
+                    // asks the sentinels first): still before the server can run it.
+                    sent = BootInstant::now();
+                    // After a failure a late reply may still come on this connection: it is
+                    // dropped with the error.
+                    let acquisition = lock.acquire(&mut session, &request, queueing)?;
+                    Ok((acquisition, session))
+                });
+                Reply::Called { sent, result }
             });
-            Reply::Called { sent, result }
-        });
     }
 
     /// Blocks on the wake list until the next thing to look at, or calls at once if that is
@@ -84,23 +86,32 @@ impl Acquirer<'_> {
         };
         let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
         self.reply_by = Some(BootInstant::now() + timeout + self.target.request_bound());
-        self.worker.run(&self.waiting.inbox.reporter(), move || {
+        let reporter = self.waiting.inbox.reporter();
+        let started = self.worker.on_thread(&reporter, move || {
             let woken = lock.wait_for_wake(&mut session, &waiter, timeout);
             Reply::Woken(woken.map(|woken| (woken, session)))
         });
+        if let Err(err) = started {
+            // No thread to wait on (the connection went with the wait): looked at again
+            // shortly instead, as after a failed wait.
+            self.reply_by = None;
+            self.on_block_failed(err);
+        }
     }
 
     /// Refreshes the queue entry on the worker.
     pub(super) fn refresh(&mut self, mut session: Session) {
         let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
-        self.reply_by = Some(BootInstant::now() + self.target.request_bound());
-        self.worker.run(&self.waiting.inbox.reporter(), move || {
-            let sent = BootInstant::now();
-            let result = lock
-                .refresh(&mut session, &waiter)
-                .map(|refreshed| (refreshed, session));
-            Reply::Refreshed { sent, result }
-        });
+        let reply_by = BootInstant::now() + self.target.request_bound();
+        self.reply_by = Some(reply_by);
+        self.worker
+            .request(&self.waiting.inbox.reporter(), reply_by, move || {
+                let sent = BootInstant::now();
+                let result = lock
+                    .refresh(&mut session, &waiter)
+                    .map(|refreshed| (refreshed, session));
+                Reply::Refreshed { sent, result }
+            });
     }
 
     /// Who holds the lock now (the live holder whose lease ends first) and the server's time,
