@@ -1,5 +1,5 @@
 //! Requests made on the main thread, cut short by a signal. A request runs on the main thread
-//! (see `inbox::Worker`) only inside [`within`]: there, every wait of a connection (for the
+//! (see `inbox::Requests`) only inside [`within`]: there, every wait of a connection (for the
 //! socket to connect, to take a write, to have a reply to read) and every pause between
 //! attempts is a `poll` on the socket and on the signalfd together ([`ready`], [`pause`]),
 //! so that a signal that ends redlock ends the request at once, whatever Redis does, as it
@@ -58,6 +58,15 @@ pub(crate) fn within<R>(watch: &Watch, until: BootInstant, request: impl FnOnce(
 /// Whether this thread runs a request inside [`within`].
 pub(crate) fn inside() -> bool {
     SCOPE.with(|scope| scope.borrow().is_some())
+}
+
+/// The error that ends the request inside [`within`] before its next step (a signal cut it
+/// short, or its deadline has passed), if any; none outside.
+pub(crate) fn ended() -> io::Result<()> {
+    SCOPE.with(|scope| match scope.borrow().as_ref() {
+        Some(scope) => scope.left(None).map(drop),
+        None => Ok(()),
+    })
 }
 
 /// Waits until `fd` is ready for `events` (or has an error to report), for `timeout` at most
@@ -152,9 +161,14 @@ impl Scope {
     }
 }
 
-/// The failure of a request a signal cut short. Not `Interrupted`: std's loops retry that.
+/// The failure of a request a signal cut short: a timeout, as the request may have reached
+/// Redis and may still run (never sent again: see `Scope::cut`). Not `Interrupted`: std's
+/// loops retry that.
 fn cut(signal: i32) -> io::Error {
-    io::Error::other(format!("{} received", signals::name(signal)))
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("{} received", signals::name(signal)),
+    )
 }
 
 /// `left`, rounded up to the millisecond (a wait for less than one must not return at once).

@@ -7,8 +7,9 @@
 //! signals are blocked in every thread (the main thread blocks them before any other thread
 //! exists; threads inherit the mask) and read from a signalfd by the main thread, in the same
 //! wait as everything else it listens to (see `inbox`), or in the wait of a request it makes
-//! itself (see `interrupt`): no handler ever runs, so no Redis read is cut short with EINTR. `ctrlc` could not do this: it has one handler for INT, TERM and HUP,
-//! cannot tell them apart, and never sees the other signals.
+//! itself (see `interrupt`): no handler ever runs, so no Redis read is cut short with EINTR.
+//! `ctrlc` could not do this: it has one handler for INT, TERM and HUP, cannot tell them
+//! apart, and never sees the other signals.
 //!
 //! Not handled: SIGKILL and SIGSTOP (impossible), the job-control stops (SIGTSTP, SIGTTIN: they
 //! stop redlock as they stop any program), signals that are ignored by default, SIGPIPE (std

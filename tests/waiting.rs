@@ -753,6 +753,35 @@ fn a_signal_ends_a_wait_within_a_second_whatever_redis_does() {
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
 
+/// A signal ends an acquisition that does not wait within a second when its request hangs
+/// (the server stopped after accepting the connection): the request runs on redlock's main
+/// thread, which polls the signals beside the socket while it waits for the reply.
+#[test]
+fn a_signal_ends_a_request_that_does_not_wait_whatever_redis_does() {
+    let server = RedisServer::start();
+    crate::util::send_signal(server.pid(), "STOP");
+    let acquire = server
+        .redlock(&["acquire", "--key", "job", "--ttl", "10s"])
+        .spawn();
+    // Its only poll is the request's wait for the reply.
+    let in_poll = || {
+        std::fs::read_to_string(format!("/proc/{}/wchan", acquire.pid()))
+            .is_ok_and(|at| at.contains("poll"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), in_poll),
+        "the request never waited for its reply"
+    );
+    let sent = Instant::now();
+    acquire.signal("TERM");
+    let out = acquire.wait(Duration::from_secs(10));
+    let took = sent.elapsed();
+    crate::util::send_signal(server.pid(), "CONT");
+    out.code(143)
+        .stderr_contains("the request may still run when the server answers");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
 /// A signal ends the final release of a `run` at once when Redis does not answer it: redlock
 /// is stopped where its command has ended and its release is not sent yet, the server is
 /// stopped, and TERM is waiting for redlock when it continues. It says the release was cut

@@ -21,7 +21,7 @@ use crate::signals::{self, Signals};
 pub(crate) use status::{Place, Status};
 
 /// One store's acquisition of one lock, as a state machine on the main thread: its requests
-/// run on a worker and answer through the inbox the wait loop listens on ([`wait`]). The loop
+/// (`inbox::Requests`) answer through the inbox the wait loop listens on ([`wait`]). The loop
 /// calls it with each reply and whenever the clock reaches [`Machine::wake_at`] (or the
 /// status line's redraw), and ends it at a terminating signal.
 pub(crate) trait Machine<'a> {

@@ -18,7 +18,9 @@ use redis::{ConnectionLike, RedisResult, Value};
 
 use nix::errno::Errno;
 use nix::poll::PollFlags;
-use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrStorage, sockopt};
+use nix::sys::socket::{
+    self, AddressFamily, MsgFlags, SockFlag, SockType, SockaddrStorage, sockopt,
+};
 
 use super::resp::Reader;
 use super::tls::Tls;
@@ -200,8 +202,25 @@ impl<S: Socket> Read for Timed<S> {
 impl<S: Socket> Write for Timed<S> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.apply()?;
-        interrupt::ready(self.socket.as_fd(), PollFlags::POLLOUT, self.standing)?;
-        self.socket.write(bytes)
+        if !interrupt::inside() {
+            return self.socket.write(bytes);
+        }
+        // Inside `interrupt::within` no write blocks: a socket with room for part of `bytes`
+        // (a script sent in full to a server that stopped reading) would hold it up past a
+        // signal until the write timeout. What the socket takes is sent; the rest waits in
+        // the poll.
+        loop {
+            interrupt::ready(self.socket.as_fd(), PollFlags::POLLOUT, self.standing)?;
+            match socket::send(
+                self.socket.as_fd().as_raw_fd(),
+                bytes,
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            ) {
+                Ok(sent) => return Ok(sent),
+                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -492,6 +511,8 @@ fn connect_one(address: &SocketAddr, wait: Duration) -> io::Result<TcpStream> {
     if !interrupt::inside() {
         return TcpStream::connect_timeout(address, wait);
     }
+    // No new connection (a SYN) once the request is over.
+    interrupt::ended()?;
     let family = match address {
         SocketAddr::V4(_) => AddressFamily::Inet,
         SocketAddr::V6(_) => AddressFamily::Inet6,

@@ -1,6 +1,7 @@
-//! The final release: token-checked (or kept for the minimum hold), sent on the worker that
-//! acquired the lock over the renewals' connection, once the command's whole group is gone,
-//! within a bound so that redlock ends within a second of its command when Redis hangs.
+//! The final release: token-checked (or kept for the minimum hold), sent where the
+//! acquisition's requests ran (`inbox::Requests`) over the renewals' connection, once the
+//! command's whole group is gone, within a bound so that redlock ends within a second of its
+//! command when Redis hangs.
 
 use super::*;
 
@@ -11,9 +12,9 @@ use super::*;
 /// without running it is sent again for up to the release timeout: see `Store::release`.)
 pub(super) const FINAL_RELEASE: Duration = Duration::from_secs(1);
 
-/// What the final release needs: it runs on the worker that acquired the lock, over the
-/// connection the renewals used (the acquisition's), while the main thread waits for the reply,
-/// a signal, or the bound.
+/// What the final release needs: it runs where the acquisition's requests ran, over the
+/// connection the renewals used (the acquisition's), and ends at the reply, a signal, or the
+/// bound.
 pub(super) struct FinalRelease<'a> {
     pub(super) inbox: &'a Inbox<'a, Reply>,
     pub(super) lock: &'a Lock,

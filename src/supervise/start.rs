@@ -31,10 +31,10 @@ pub(super) fn start(
         answer: HASTY_RELEASE,
         lease_ends: Some(lease_ends),
     };
-    if let Some(signal) = ending
-        .inbox
-        .pending_signal()
-        .filter(|s| signals::terminates(*s))
+    // The first that ends redlock among those that came (SIGCHLD of an inherited child
+    // passes).
+    if let Some(signal) =
+        std::iter::from_fn(|| ending.inbox.pending_signal()).find(|s| signals::terminates(*s))
     {
         let why = format!(
             "{} received before the command started",

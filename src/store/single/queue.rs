@@ -160,7 +160,12 @@ impl<'a> Acquirer<'a> {
         log: Log,
     ) -> anyhow::Result<Self> {
         Ok(Self {
-            worker: Requests::new(target.pollable(), waiting.inbox.watch())?,
+            // An acquisition that waits keeps its deadline and status line on the main thread
+            // between requests: its requests go to a thread.
+            worker: Requests::new(
+                target.pollable() && ask.wait == Wait::No,
+                waiting.inbox.watch(),
+            )?,
             target,
             lock,
             ask,

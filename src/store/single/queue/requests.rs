@@ -1,6 +1,7 @@
 //! The requests the queue's state machine sends: the acquire script's call, the block on the
-//! wake list, the refresh of a place (each on the worker, its reply back through the inbox),
-//! and, when the wait ends without the lock, the bounded give-up and the read of who holds it.
+//! wake list, the refresh of a place (each through `inbox::Requests`, the block always on a
+//! thread, its reply back through the inbox), and, when the wait ends without the lock, the
+//! bounded give-up and the read of who holds it.
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::log::printable;
 const IN_FLIGHT_GRACE: Duration = Duration::from_millis(100);
 
 impl Acquirer<'_> {
-    /// Calls the acquire script on the worker, over `session` or a fresh connection.
+    /// Calls the acquire script, over `session` or a fresh connection.
     pub(super) fn call(&mut self, call: Call, session: Option<Session>) {
         // Until its reply is seen, any call of the waiter's own token may have taken the lock.
         self.unsure = !self.reentering;
@@ -99,7 +100,7 @@ impl Acquirer<'_> {
         }
     }
 
-    /// Refreshes the queue entry on the worker.
+    /// Refreshes the queue entry.
     pub(super) fn refresh(&mut self, mut session: Session) {
         let (lock, waiter) = (self.lock.clone(), self.waiter.clone());
         let reply_by = BootInstant::now() + self.target.request_bound();
