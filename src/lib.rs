@@ -172,13 +172,11 @@ fn parse_once(args: &[OsString]) -> Result<Cli, clap::Error> {
     let long_help =
         args.iter().any(|arg| arg == "--help") || args.get(1).is_some_and(|first| first == "help");
     let command = || whole_command(long_help);
-    // A command line that starts with its subcommand (`redlock run ...`, as most do) is parsed
-    // by that subcommand's tree alone; one that starts with a global option, by the whole.
-    let parser = args
-        .get(1)
-        .and_then(|first| first.to_str())
-        .filter(|_| !long_help)
-        .and_then(cli::command_for)
+    // A command line that names its subcommand after global options alone (as most do) is
+    // parsed by that subcommand's tree; any other, by the whole.
+    let parser = (!long_help)
+        .then(|| cli::command_for(args))
+        .flatten()
         .unwrap_or_else(command);
     let mut matches = match parser.try_get_matches_from(args) {
         Ok(matches) => matches,
@@ -362,25 +360,68 @@ mod tests {
             "keep-alive --key job --ttl 1m --max-hold 1h",
             "pid-namespace-init -- true",
         ];
-        let mut parsed = 0;
+        let words = |args: &[&str]| -> Vec<OsString> { args.iter().map(OsString::from).collect() };
+        let (mut parsed, mut whole_only) = (0, 0);
         for line in lines {
             let (name, own) = line.split_once(' ').unwrap_or((line, ""));
             for global in globals {
-                // The global options after the subcommand, and before its own.
-                let args: Vec<&str> = ["redlock", name]
+                // The global options after the subcommand, before its own; then before it.
+                let after: Vec<&str> = ["redlock", name]
                     .into_iter()
                     .chain(global.split_whitespace())
                     .chain(own.split_whitespace())
                     .collect();
-                let only = cli::command_for(name).expect("a subcommand");
-                let whole = outcome(whole_command(false), &args);
-                assert_eq!(outcome(only, &args), whole, "{args:?}");
-                parsed += usize::from(!whole.contains("Error"));
+                let before: Vec<&str> = ["redlock"]
+                    .into_iter()
+                    .chain(global.split_whitespace())
+                    .chain([name])
+                    .chain(own.split_whitespace())
+                    .collect();
+                for args in [after, before] {
+                    let whole = outcome(whole_command(false), &args);
+                    let Some(only) = cli::command_for(&words(&args)) else {
+                        whole_only += 1;
+                        continue;
+                    };
+                    assert_eq!(outcome(only, &args), whole, "{args:?}");
+                    parsed += usize::from(!whole.contains("Error"));
+                }
             }
         }
-        // The lines above are mostly ones that parse, not only errors.
-        assert!(parsed > lines.len() * 3, "{parsed} parsed");
-        assert!(cli::command_for("--redis").is_none());
-        assert!(cli::command_for("help").is_none());
+        // The lines above are mostly ones that parse, not only errors; only those with an
+        // option that is not redlock's (`--bogus`) or help before the subcommand need the
+        // whole tree.
+        assert!(parsed > lines.len() * 6, "{parsed} parsed");
+        assert_eq!(
+            whole_only,
+            lines.len() * 2,
+            "lines parsed by the whole tree"
+        );
+        for first in [
+            "help",
+            "--help",
+            "-h",
+            "--version",
+            "--",
+            "-",
+            "--bogus",
+            "--redis",
+        ] {
+            assert!(
+                cli::command_for(&words(&["redlock", first, "run"])).is_none(),
+                "{first}"
+            );
+        }
+        let readme = [
+            "redlock",
+            "--redis",
+            "redis://h:6379",
+            "run",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ];
+        assert!(cli::command_for(&words(&readme)).is_some());
     }
 }

@@ -214,21 +214,57 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// clap's tree for a command line whose first word is a subcommand's name: the root's options
-/// and that subcommand alone (`None` if `first` names none). Before it parses, clap copies
-/// every global option into every subcommand the root has; with all of them that copy, and
-/// freeing it, cost a third of redlock's own start-up (docs/performance.md). What parsing a
-/// subcommand takes from the root, its global options and settings, is here; the root's
-/// help, the manual pages and the completions use the whole tree (`Cli`).
-pub(crate) fn command_for(first: &str) -> Option<clap::Command> {
+/// clap's tree for `args` (program name first) when they name their subcommand after global
+/// options alone (`redlock --redis URL run ...`, `redlock run ...`): the root's options and
+/// that subcommand alone. `None` when the words before the subcommand are anything else
+/// (help, an option clap would have to judge): the whole tree (`Cli`) parses those. Before it
+/// parses, clap copies every global option into every subcommand the root has; with all of
+/// them that copy, and freeing it, cost a third of redlock's own start-up
+/// (docs/performance.md). What parsing a subcommand takes from the root, its global options
+/// and settings, is here; the root's help, the manual pages and the completions use the whole
+/// tree.
+pub(crate) fn command_for(args: &[OsString]) -> Option<clap::Command> {
+    let root = Global::augment_args(
+        clap::Command::new("redlock")
+            .version(VERSION)
+            .max_term_width(HELP_WIDTH)
+            .subcommand_required(true)
+            .arg_required_else_help(true),
+    );
+    let global = |found: &dyn Fn(&clap::Arg) -> bool| {
+        root.get_arguments()
+            .find(|arg| found(arg))
+            .map(|arg| arg.get_action().takes_values())
+    };
+    let mut words = args.iter().skip(1);
+    let name = loop {
+        let word = words.next()?.to_str()?;
+        if let Some(long) = word.strip_prefix("--") {
+            // `--NAME VALUE`, `--NAME=VALUE` or a flag; not `--`.
+            let (name, value) = long
+                .split_once('=')
+                .map_or((long, None), |(name, value)| (name, Some(value)));
+            let takes_value = global(&|arg| arg.get_long() == Some(name))?;
+            if takes_value && value.is_none() {
+                words.next()?;
+            }
+        } else if let Some(flags) = word.strip_prefix('-') {
+            // Flags only (`-q`, `-vv`): a short option with a value is left to clap.
+            for flag in flags.chars() {
+                if global(&|arg| arg.get_short() == Some(flag))? {
+                    return None;
+                }
+            }
+            if flags.is_empty() {
+                return None;
+            }
+        } else {
+            break word;
+        }
+    };
     let subcommands = Command::augment_subcommands(clap::Command::new("redlock"));
-    let only = subcommands.find_subcommand(first)?.clone();
-    let root = clap::Command::new("redlock")
-        .version(VERSION)
-        .max_term_width(HELP_WIDTH)
-        .subcommand_required(true)
-        .arg_required_else_help(true);
-    Some(Global::augment_args(root).subcommand(only))
+    let only = subcommands.find_subcommand(name)?.clone();
+    Some(root.subcommand(only))
 }
 
 /// The widest help is wrapped to, on a wider terminal or none.
