@@ -198,10 +198,7 @@ impl Worker {
         job: impl FnOnce() -> R + Send + 'static,
     ) {
         let reporter = reporter.clone();
-        let job: Job = Box::new(move || {
-            let reply = std::panic::catch_unwind(AssertUnwindSafe(job)).map_err(panic_message);
-            reporter.post(reply);
-        });
+        let job: Job = Box::new(move || reporter.post(caught(job)));
         // The thread only ends when this sender is dropped.
         let _ = self.jobs.send(job);
     }
@@ -216,24 +213,18 @@ impl Worker {
 /// status line on the main thread between requests. A wait on the wake list always runs on a
 /// thread.
 pub(crate) enum Requests {
-    /// On the calling thread; the thread for waits is started when first needed.
-    Inline {
-        signals: Watch,
-        thread: Option<Worker>,
-    },
+    /// On the calling thread, cut short by these signals.
+    Inline(Watch),
     /// On a worker thread.
     Thread(Worker),
 }
 
 impl Requests {
-    /// Requests on the calling thread, cut short by `signals`, if `inline` (the thread for
-    /// waits is started when first needed); else on a thread started now.
+    /// Requests on the calling thread, cut short by `signals`, if `inline`; else on a thread
+    /// started now.
     pub(crate) fn new(inline: bool, signals: Watch) -> anyhow::Result<Self> {
         Ok(match inline {
-            true => Self::Inline {
-                signals,
-                thread: None,
-            },
+            true => Self::Inline(signals),
             false => Self::Thread(Worker::start("redis")?),
         })
     }
@@ -242,7 +233,7 @@ impl Requests {
     /// finishes or times out on its own.
     pub(crate) fn fresh(&self) -> anyhow::Result<Self> {
         match self {
-            Self::Inline { signals, .. } => Self::new(true, signals.clone()),
+            Self::Inline(signals) => Self::new(true, signals.clone()),
             Self::Thread(_) => Ok(Self::Thread(Worker::start("redis")?)),
         }
     }
@@ -256,10 +247,8 @@ impl Requests {
         job: impl FnOnce() -> R + Send + 'static,
     ) {
         match self {
-            Self::Inline { signals, .. } => {
-                let reply = interrupt::within(signals, until, || {
-                    std::panic::catch_unwind(AssertUnwindSafe(job)).map_err(panic_message)
-                });
+            Self::Inline(signals) => {
+                let reply = interrupt::within(signals, until, || caught(job));
                 // No wake-up: the inbox is this thread's, and looks for replies before it
                 // waits.
                 let _ = reporter.sender.send(reply);
@@ -268,23 +257,26 @@ impl Requests {
         }
     }
 
-    /// `job` on the thread, started first if it has not been (if it cannot be, `job` is
-    /// dropped with what it holds).
+    /// `job` on a thread; requests made on the calling thread until now go to that thread
+    /// from now on (if it cannot be started, `job` is dropped with what it holds).
     pub(crate) fn on_thread<R: Send + 'static>(
         &mut self,
         reporter: &Reporter<R>,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> anyhow::Result<()> {
-        let worker = match self {
-            Self::Inline { thread, .. } => match thread {
-                Some(worker) => worker,
-                None => thread.insert(Worker::start("redis")?),
-            },
-            Self::Thread(worker) => worker,
-        };
-        worker.run(reporter, job);
+        if let Self::Inline(_) = self {
+            *self = Self::Thread(Worker::start("redis")?);
+        }
+        if let Self::Thread(worker) = self {
+            worker.run(reporter, job);
+        }
         Ok(())
     }
+}
+
+/// What `job` returns, or its panic's message.
+fn caught<R>(job: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(job)).map_err(panic_message)
 }
 
 fn panic_message(payload: Box<dyn Any + Send>) -> String {

@@ -248,16 +248,15 @@ pub(crate) fn command_for(args: &[OsString]) -> Option<clap::Command> {
             if takes_value && value.is_none() {
                 words.next()?;
             }
-        } else if let Some(flags) = word.strip_prefix('-') {
+        } else if let Some(flags) = word.strip_prefix('-').filter(|flags| !flags.is_empty()) {
             // Flags only (`-q`, `-vv`): a short option with a value is left to clap.
             for flag in flags.chars() {
                 if global(&|arg| arg.get_short() == Some(flag))? {
                     return None;
                 }
             }
-            if flags.is_empty() {
-                return None;
-            }
+        } else if word == "-" {
+            return None;
         } else {
             break word;
         }
