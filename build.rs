@@ -1,5 +1,6 @@
 //! Build script: tells `redlock --version` the git commit it was built from and the target it
-//! was built for (musl or glibc), and names each Lua script by its SHA-1 (`src/scripts.rs`).
+//! was built for (musl or glibc), writes the prelude of the Lua scripts with its constants in
+//! place (`src/lua_constants.rs`), and names each script by its SHA-1 (`src/scripts.rs`).
 //! Std only. The version part never fails: outside a git checkout of this repository (a
 //! source tarball, a crate from a registry) the commit is "unknown commit".
 
@@ -9,6 +10,11 @@ use std::process::Command;
 
 #[path = "src/sha1.rs"]
 mod sha1;
+
+// (Public for the tests, which the crate re-exports it to.)
+#[allow(unreachable_pub)]
+#[path = "src/lua_constants.rs"]
+mod lua_constants;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
@@ -53,7 +59,8 @@ fn man_pages(manifest_dir: &Path) {
 }
 
 /// Writes `$OUT_DIR/prelude.lua`, the files of `lua/prelude/` joined in file-name order (the
-/// helpers every script shares, kept by concern), and `$OUT_DIR/script_shas.rs`: a macro
+/// helpers every script shares, kept by concern) with their constants' uses written as their
+/// values (`src/lua_constants.rs`), and `$OUT_DIR/script_shas.rs`: a macro
 /// `script_sha!("<file>.lua")` giving the SHA-1 that Redis names the script by (the prelude,
 /// then the file: the text `src/scripts.rs` sends).
 fn script_shas(manifest_dir: &Path) {
@@ -70,10 +77,12 @@ fn script_shas(manifest_dir: &Path) {
         names.sort();
         names
     };
-    let mut prelude = Vec::new();
+    let mut joined = Vec::new();
     for name in lua_files(&lua.join("prelude")) {
-        prelude.extend(read(&lua.join("prelude").join(name)));
+        joined.extend(read(&lua.join("prelude").join(name)));
     }
+    let joined = String::from_utf8(joined).expect("lua/prelude/ is UTF-8");
+    let prelude = lua_constants::inline_constants(&joined).into_bytes();
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("prelude.lua"), &prelude).expect("OUT_DIR is writable");
     let names = lua_files(&lua);

@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from queue_scale import Client, free_port, prelude_text  # noqa: E402
+from queue_scale import Client, free_port, joined_prelude  # noqa: E402
 from script_instructions import WARM_UP, captured_calls, connect, lua_texts, replay_cycle  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -42,7 +42,7 @@ SCRIPTS = ("acquire.lua", "release.lua")
 
 def profile(server, binary, cycles):
     """{(script, line): (cycles, runs)} per call, over `cycles` replayed run cycles."""
-    calls, token = captured_calls(binary, server)
+    calls, token, _ = captured_calls(binary, server)
     texts = [f"redis.prof_start({n}) " + text for n, text in enumerate(lua_texts())]
     with tempfile.TemporaryDirectory(prefix="redlock-profile-") as workdir:
         port = free_port()
@@ -82,7 +82,7 @@ def places():
         if name.endswith(".lua"):
             with open(os.path.join(directory, name)) as part:
                 files.append((f"prelude/{name}", part.read().splitlines()))
-    if "".join("\n".join(text) + "\n" for _, text in files) != prelude_text():
+    if "".join("\n".join(text) + "\n" for _, text in files) != joined_prelude():
         raise RuntimeError("lua/prelude/'s files do not join to the prelude")
     out = []
     for script in SCRIPTS:

@@ -709,8 +709,8 @@ def run_control(binary, n, options):
     return result
 
 
-def prelude_text():
-    """The prelude as redlock compiles it in: lua/prelude/'s files joined in file-name order."""
+def joined_prelude():
+    """lua/prelude/'s files joined in file-name order."""
     directory = os.path.join(ROOT, "lua", "prelude")
     parts = []
     for name in sorted(os.listdir(directory)):
@@ -718,6 +718,40 @@ def prelude_text():
             with open(os.path.join(directory, name)) as part:
                 parts.append(part.read())
     return "".join(parts)
+
+
+def prelude_text():
+    """The prelude as redlock compiles it in: lua/prelude/'s files joined in file-name order,
+    each use of a constant written as its value (src/lua_constants.rs, which this follows; the
+    benchmarks that replay scripts check their text against the build's SHA-1)."""
+    constants = {}
+    out = []
+    for line in joined_prelude().splitlines(keepends=True):
+        defined = re.fullmatch(r"local ([A-Z][A-Z0-9_]*) = ([0-9A-Z_ *+]+)", line.rstrip())
+        if defined:
+            value = 0
+            for addend in defined.group(2).split(" + "):
+                product = 1
+                for factor in addend.split(" * "):
+                    factor = factor.strip()
+                    product *= int(factor) if factor.isdigit() else constants[factor]
+                value += product
+            constants[defined.group(1)] = value
+            out.append(line)
+            continue
+        # Outside strings and comments, a constant's name that is not a field becomes its value.
+        pieces = re.split(r"""(--.*|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""", line)
+        for index in range(0, len(pieces), 2):
+            piece = pieces[index]
+
+            def value(match, piece=piece):
+                before = piece[:match.start()].rstrip()
+                field = before.endswith(":") or (before.endswith(".") and not before.endswith(".."))
+                name = match.group(0)
+                return str(constants[name]) if name in constants and not field else name
+            pieces[index] = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", value, piece)
+        out.append("".join(piece or "" for piece in pieces))
+    return "".join(out)
 
 
 def script_text(name):

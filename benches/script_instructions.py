@@ -28,6 +28,7 @@ Prints a Markdown table. Needs valgrind. A run of the defaults takes about two m
 """
 
 import argparse
+import hashlib
 import os
 import re
 import shlex
@@ -137,7 +138,8 @@ return 1
 
 def captured_calls(binary, server):
     """The two EVALSHA calls (numkeys and what follows) of one `run -- true` cycle of `binary`,
-    on a lock with a history, as MONITOR shows them; and the token in them."""
+    on a lock with a history, as MONITOR shows them; the token in them; and the two scripts'
+    SHA-1s."""
     with tempfile.TemporaryDirectory(prefix="redlock-capture-") as workdir:
         port = free_port()
         process = subprocess.Popen(
@@ -153,7 +155,7 @@ def captured_calls(binary, server):
                 if monitor.stdout.readline().strip() != "OK":
                     raise RuntimeError("redis-cli MONITOR did not start")
                 cycle(port)
-                calls = []
+                calls, shas = [], []
                 while len(calls) < 2:
                     line = monitor.stdout.readline()
                     if not line:
@@ -161,6 +163,7 @@ def captured_calls(binary, server):
                     words = shlex.split(line.split("]", 1)[1])
                     if words[0].upper() == "EVALSHA":
                         calls.append(words[2:])
+                        shas.append(words[1])
             finally:
                 monitor.kill()
                 monitor.wait()
@@ -171,7 +174,7 @@ def captured_calls(binary, server):
     token = acquire[1 + int(acquire[0])]
     if not re.fullmatch(r"[0-9a-f]{32}", token):
         raise RuntimeError(f"acquire's first argument is not a token: {token!r}")
-    return calls, token
+    return calls, token, shas
 
 
 def replay_cycle(calls, token, acquire_text, release_text):
@@ -253,7 +256,10 @@ def main():
             rows.append((name, (total - base) / args.runs))
             print(f"  {name}: {rows[-1][1]:,.0f}", file=sys.stderr, flush=True)
         if not args.no_floor:
-            calls, token = captured_calls(builds[0], args.redis_server)
+            calls, token, shas = captured_calls(builds[0], args.redis_server)
+            if args.parts and [hashlib.sha1(text.encode()).hexdigest() for text in lua_texts()] != shas:
+                print(f"  note: lua/ as replayed is not the text {builds[0]} sends (built from "
+                      "another lua/?)", file=sys.stderr, flush=True)
             for name, texts in [
                     ("inputs alone: the same two calls, scripts that `return 1`",
                      ("return 1", "return 1")),

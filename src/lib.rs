@@ -56,6 +56,10 @@ pub mod log;
 mod scripts;
 #[doc(hidden)]
 pub use scripts::{PRELUDE, with_scripts};
+// (The build script compiles the prelude with it; the tests check the prelude compiled in.)
+mod lua_constants;
+#[doc(hidden)]
+pub use lua_constants::inline_constants;
 // (The build script names the scripts with it; here, its tests check those names.)
 #[cfg(test)]
 mod sha1;
