@@ -21,6 +21,9 @@ floor). Both replay the two EVALSHA calls of the first build's cycle, as capture
     on a lock with a history (tests/script_calls.rs, row "run -- true") on the same keys, with
     records of the same size, and nothing else: no check of what is there, no ACL question,
     no JSON, no prelude.
+With --parts, lua/ replayed (whole; without its ACL questions; its prelude alone) and, on
+Redis 7 and later, lua/ as a FUNCTION library called with FCALL (fcall_cycle): what the
+prelude's definitions at every call cost, measured rather than estimated.
 
 Usage: cargo build --release --locked --target x86_64-unknown-linux-musl
        python3 benches/script_instructions.py [--redlock PATH ...] [--runs N] [--redis-server PATH] [--no-floor] [--parts]
@@ -195,6 +198,49 @@ def replay_cycle(calls, token, acquire_text, release_text):
     return cycle
 
 
+def fcall_cycle(calls, token, verify=False):
+    """A cycle like replay_cycle's, with lua/ loaded as a Redis 7 FUNCTION library instead
+    (FUNCTION LOAD once, then FCALL): the prelude at the library's top level, run once when
+    it loads, and acquire.lua's and release.lua's own files as its two functions. What the
+    prelude does at the top level of a script and cannot do while a library loads is left
+    out (the server version check, redis.replicate_commands: neither makes a difference to
+    Redis 7), and the calls' key and argument counts are not checked; the rest runs as
+    written. `verify`: each connection first reads the library's code back (FUNCTION LIST
+    LIBRARYNAME ... WITHCODE), as a client that checks what it is about to call would."""
+    prelude = prelude_text()
+    start = prelude.index("if redis.setresp == nil then")
+    replicate = "if redis.replicate_commands then redis.replicate_commands() end"
+    end = prelude.index(replicate) + len(replicate)
+    prelude = (prelude[:start] + prelude[end:]).replace(
+        "if #KEYS ~= key_count or #ARGV ~= arg_count then", "if false then").replace(
+        "local acl_check_cmd = redis.acl_check_cmd", "local acl_check_cmd")
+    lua = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lua")
+    functions = ""
+    for name in ("acquire", "release"):
+        with open(os.path.join(lua, name + ".lua")) as own:
+            # (KEYS and ARGV as the function's parameters; the ACL function read per call, as
+            # a script reads it.)
+            functions += (f"\nredis.register_function('redlock_bench_{name}', function(KEYS, ARGV)\n"
+                          f"acl_check_cmd = redis.acl_check_cmd\n{own.read()}\nend)\n")
+    library = "#!lua name=redlock_bench\n" + prelude + functions
+    loaded = set()
+
+    def cycle(port):
+        client = Client(port)
+        try:
+            if port not in loaded:
+                client.call("FUNCTION", "LOAD", "REPLACE", library)
+                loaded.add(port)
+            if verify:
+                client.call("FUNCTION", "LIST", "LIBRARYNAME", "redlock_bench", "WITHCODE")
+            fresh = uuid.uuid4().hex
+            for name, call in zip(("redlock_bench_acquire", "redlock_bench_release"), calls):
+                client.call("FCALL", name, *[word.replace(token, fresh) for word in call])
+        finally:
+            client.close()
+    return cycle
+
+
 def lua_texts(transform=lambda text: text, body=None):
     """acquire.lua's and release.lua's texts as redlock sends them (the prelude first), each
     file through `transform`; or the prelude followed by `body`."""
@@ -239,7 +285,8 @@ def main():
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the two floor rows (the first build's calls replayed)")
     parser.add_argument("--parts", action="store_true",
-                        help="also replay lua/ whole, without ACL questions, and its prelude alone")
+                        help="also replay lua/ whole, without ACL questions, its prelude alone, and "
+                        "(Redis 7 and later) as a FUNCTION library")
     args = parser.parse_args()
     builds = args.redlock or [RELEASED]
     if not shutil.which("valgrind"):
@@ -269,6 +316,16 @@ def main():
                        ("lua/'s prelude alone, then `return 1`", lua_texts(body="\nreturn 1"))]
                       if args.parts else [])]:
                 cycle = lambda texts=texts: replay_cycle(calls, token, *texts)
+                base = server_instructions(args.redis_server, cycle(), 0, workdir)
+                total = server_instructions(args.redis_server, cycle(), args.runs, workdir)
+                rows.insert(len(rows) - len(builds), (name, (total - base) / args.runs))
+                print(f"  {name}: {(total - base) / args.runs:,.0f}", file=sys.stderr, flush=True)
+            for verify, name in [
+                    (False, "lua/ as a FUNCTION library, called with FCALL (not what redlock does)"),
+                    (True, "the same, each connection reading the library's code back first")]:
+                if not (args.parts and re.search(r"v=([7-9]|\d\d)\.", version)):
+                    break
+                cycle = lambda verify=verify: fcall_cycle(calls, token, verify)
                 base = server_instructions(args.redis_server, cycle(), 0, workdir)
                 total = server_instructions(args.redis_server, cycle(), args.runs, workdir)
                 rows.insert(len(rows) - len(builds), (name, (total - base) / args.runs))
