@@ -58,6 +58,7 @@ import argparse
 import fcntl
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -728,15 +729,13 @@ def prelude_text():
     out = []
     for line in joined_prelude().splitlines(keepends=True):
         defined = re.fullmatch(r"local ([A-Z][A-Z0-9_]*) = ([0-9A-Z_ *+]+)", line.rstrip())
-        if defined:
-            value = 0
-            for addend in defined.group(2).split(" + "):
-                product = 1
-                for factor in addend.split(" * "):
-                    factor = factor.strip()
-                    product *= int(factor) if factor.isdigit() else constants[factor]
-                value += product
-            constants[defined.group(1)] = value
+        factors = [[factor.strip() for factor in addend.split(" * ")]
+                   for addend in defined.group(2).split(" + ")] if defined else []
+        if defined and all(factor.isdigit() or factor in constants
+                           for addend in factors for factor in addend):
+            constants[defined.group(1)] = sum(
+                math.prod(int(factor) if factor.isdigit() else constants[factor]
+                          for factor in addend) for addend in factors)
             out.append(line)
             continue
         # Outside strings and comments, a constant's name that is not a field becomes its value.
