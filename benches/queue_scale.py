@@ -733,6 +733,8 @@ def prelude_text():
                    for addend in defined.group(2).split(" + ")] if defined else []
         if defined and all(factor.isdigit() or factor in constants
                            for addend in factors for factor in addend):
+            if defined.group(1) in constants:
+                raise RuntimeError(f"lua/prelude: the constant {defined.group(1)} is defined twice")
             constants[defined.group(1)] = sum(
                 math.prod(int(factor) if factor.isdigit() else constants[factor]
                           for factor in addend) for addend in factors)

@@ -9,7 +9,7 @@
 //! whole number or a product or sum of whole numbers and earlier constants. The definition
 //! stays as written (a script's own file may use the name; tests read the value there); every
 //! later use of NAME as a variable, outside comments and strings, becomes the value. A
-//! constant assigned anywhere, or a value above 2^53 - 1 (where Lua's numbers stop being
+//! constant assigned or defined twice, or a value above 2^53 - 1 (where Lua's numbers stop being
 //! exact), stops the build. (A name declared again inside a function, as a parameter or a
 //! local, would come out as a number there, which Lua refuses to load: every test would fail.)
 
@@ -56,6 +56,11 @@ fn definition(line: &str, constants: &[(String, u64)]) -> Option<(String, u64)> 
         }
         sum = sum.checked_add(product)?;
     }
+    // (A second definition would leave the uses after it reading the first value.)
+    assert!(
+        !constants.iter().any(|(known, _)| known == name),
+        "lua/prelude: the constant {name} is defined twice: {line}"
+    );
     assert!(
         sum <= EXACT,
         "lua/prelude: {name} = {sum} is above 2^53 - 1: {line}"
@@ -149,6 +154,12 @@ mod tests {
     #[should_panic(expected = "the constant LIMIT is assigned")]
     fn an_assigned_constant_stops_the_build() {
         inline_constants("local LIMIT = 5\nlocal function f() LIMIT = 6 end\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "the constant A is defined twice")]
+    fn a_constant_defined_twice_stops_the_build() {
+        inline_constants("local A = 5\nlocal A = 7\nreturn A\n");
     }
 
     #[test]
