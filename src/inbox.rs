@@ -205,11 +205,11 @@ impl Worker {
 }
 
 /// Where one lock's requests run. For an acquisition that does not wait, where every wait of
-/// a request can be a `poll` (one server at an IP address, `Target::pollable`): on the main
-/// thread, its waits cut short by a signal that ends redlock (`interrupt`); a thread's start
-/// and two hand-offs per request were a tenth of a `run` (docs/performance.md). Elsewhere on a
-/// worker thread: a name lookup cannot be cut short, a Sentinel or Cluster target may send a
-/// request to any server by name, and an acquisition that waits keeps its deadline and its
+/// a request can be a `poll` (one server over TCP, `Target::pollable`): on the main thread, its
+/// waits cut short by a signal that ends redlock (`interrupt`); a thread's start and two
+/// hand-offs per request were a tenth of a `run` (docs/performance.md). Elsewhere on a worker
+/// thread: a Sentinel or Cluster target may send a request to any server it learns of, and
+/// an acquisition that waits keeps its deadline and its
 /// status line on the main thread between requests. A wait on the wake list always runs on a
 /// thread.
 pub(crate) enum Requests {

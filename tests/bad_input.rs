@@ -447,6 +447,129 @@ fn a_stopped_server_exits_69_in_bounded_time() {
     assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
 }
 
+/// A host name whose lookup gets no answer (DNS silent): the connect timeout bounds the lookup
+/// too, on the main thread and on a worker, a signal ends it at once and nothing is said of a
+/// request (none was sent), and a name that resolves is reached. The C library's lookup blocks for the resolver's own timeouts
+/// (10 s); redlock waited 5 s and more for it, past the connect timeout, and a signal waited
+/// as long. Inside a mount namespace whose /etc/resolv.conf names a loopback address where a
+/// socket reads the queries and answers none.
+#[test]
+fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
+    let server = RedisServer::start();
+    let out = Redlock::new(&["run", "--key", "named", "--", "echo", "ran"])
+        .env("REDLOCK_URL", &format!("redis://localhost:{}", server.port))
+        .run();
+    out.code(0).stdout_contains("ran");
+
+    let dns = SilentResolver::start();
+    let dir = TempDir::new("resolv");
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(&conf, format!("nameserver {}\n", dns.address)).unwrap();
+    let setup = format!(
+        "mount --bind '{}' /etc/resolv.conf && exec \"$@\"",
+        conf.display()
+    );
+    let prefix = ["unshare", "--mount", "sh", "-c", &setup, "sh"];
+    let url = "redis://redlock-test.invalid:1";
+
+    let out = Redlock::new(&[
+        "--connect-timeout",
+        "500ms",
+        "run",
+        "--key",
+        "k",
+        "--",
+        "true",
+    ])
+    .env("REDLOCK_URL", url)
+    .inside(&prefix)
+    .run();
+    out.code(69)
+        .one_line_error(&format!("connecting to {url}: no answer within 500ms"));
+    assert!(
+        dns.asked(),
+        "the lookup never reached the resolver: {}",
+        out.stderr
+    );
+    assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
+
+    // A waiting acquisition's requests run on a worker thread: bounded there too. (It took
+    // the resolver's 5 s per attempt, 13 s in all, and said the lock was busy.)
+    let out = Redlock::new(&[
+        "-q",
+        "--connect-timeout",
+        "500ms",
+        "acquire",
+        "--key",
+        "k",
+        "--ttl",
+        "10s",
+        "--wait",
+        "1s",
+    ])
+    .env("REDLOCK_URL", url)
+    .inside(&prefix)
+    .run();
+    out.code(69)
+        .one_line_error(&format!("connecting to {url}: no answer within 500ms"));
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+
+    dns.drain();
+    let running = Redlock::new(&[
+        "--connect-timeout",
+        "60s",
+        "run",
+        "--key",
+        "k",
+        "--",
+        "true",
+    ])
+    .env("REDLOCK_URL", url)
+    .inside(&prefix)
+    .spawn();
+    assert!(dns.asked(), "the lookup never reached the resolver");
+    running.signal("TERM");
+    let out = running.wait(Duration::from_secs(4));
+    out.code(143).stderr_empty();
+}
+
+/// A UDP socket on port 53 of a loopback address, for a resolver: it reads queries and answers
+/// none.
+struct SilentResolver {
+    socket: std::net::UdpSocket,
+    address: std::net::Ipv4Addr,
+}
+
+impl SilentResolver {
+    fn start() -> Self {
+        // Any address of 127/8 is the loopback's: one whose port 53 is free.
+        (2..=254)
+            .find_map(|last| {
+                let address = std::net::Ipv4Addr::new(127, 0, 53, last);
+                let socket = std::net::UdpSocket::bind((address, 53)).ok()?;
+                Some(Self { socket, address })
+            })
+            .expect("a loopback address whose port 53 is free")
+    }
+
+    /// Reads the queries that came so far.
+    fn drain(&self) {
+        let mut query = [0; 512];
+        self.socket.set_nonblocking(true).unwrap();
+        while self.socket.recv(&mut query).is_ok() {}
+        self.socket.set_nonblocking(false).unwrap();
+    }
+
+    /// Whether a query came, or comes within 10 s.
+    fn asked(&self) -> bool {
+        let mut query = [0; 512];
+        self.socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        self.socket.recv(&mut query).is_ok()
+    }
+}
+
 /// An acquisition whose request got no answer exits 69 with one line: the error, and what the
 /// request may still do. (It said "could not leave the queue" first, of a queue it never
 /// joined.)

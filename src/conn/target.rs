@@ -21,12 +21,12 @@ impl Target {
     }
 
     /// Whether every wait of a request to this target can be a `poll` (see `interrupt`): one
-    /// server at an IP address. A name lookup cannot be one, nor the connect of a Unix socket
-    /// whose server has a full backlog; a Sentinel or Cluster target may send a request to any
-    /// server, by name.
+    /// server over TCP (a host name is looked up on a thread of its own, whose answer is
+    /// polled: `transport::look_up`). Not the connect of a Unix socket whose server has a full
+    /// backlog; a Sentinel or Cluster target may send a request to any server it learns of.
     pub(crate) fn pollable(&self) -> bool {
         match &self.servers {
-            Servers::Single(Address::Tcp { host, .. }) => host.parse::<std::net::IpAddr>().is_ok(),
+            Servers::Single(Address::Tcp { .. }) => true,
             Servers::Single(Address::Unix(_))
             | Servers::Sentinel { .. }
             | Servers::Cluster { .. } => false,

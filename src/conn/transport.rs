@@ -8,10 +8,10 @@
 //! and bound every step of a connection (connect, TLS handshake, AUTH, SELECT) by one timeout.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
 use std::os::fd::{AsFd, AsRawFd as _};
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Value};
@@ -466,7 +466,7 @@ const SHORT_ROUNDS: u32 = 2;
 /// is. Every address gets its first attempt early, so a silent address no longer uses up the
 /// deadline of the ones after it.
 fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
-    let mut addresses: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    let mut addresses = look_up(host, port, deadline)?;
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolves to nothing");
     let mut round = 0;
     while !addresses.is_empty() {
@@ -503,6 +503,46 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
         round += 1;
     }
     Err(last)
+}
+
+/// The addresses of `host`: an IP address as it is, a name as the C library's resolver answers
+/// (`/etc/hosts`, DNS) before `deadline`. The lookup blocks for the resolver's own timeouts
+/// (10 s and more with DNS silent) and cannot be polled, so it runs on a thread of its own,
+/// and its answer is waited for until `deadline` (`TimedOut`, as a silent connect says it);
+/// inside `interrupt::within` as a socket is, so that a signal that ends redlock ends the wait
+/// too. A lookup left behind ends by itself, its answer unread.
+fn look_up(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let (send, receive) = mpsc::sync_channel(1);
+    // The other end closing says the answer is there, for a poll.
+    let (answered, answer) = UnixStream::pair()?;
+    let name = host.to_owned();
+    std::thread::Builder::new()
+        .name("lookup".to_owned())
+        .spawn(move || {
+            let found = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect::<Vec<_>>);
+            // (An error: the wait for it was given up.)
+            let _ = send.send(found);
+            drop(answered);
+        })?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    interrupt::ready(answer.as_fd(), PollFlags::POLLIN, Some(left)).map_err(|err| {
+        match err.kind() {
+            io::ErrorKind::WouldBlock => io::ErrorKind::TimedOut.into(),
+            _ => err,
+        }
+    })?;
+    match receive.recv_timeout(left) {
+        Ok(found) => found,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(io::ErrorKind::TimedOut.into()),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(io::Error::other(
+            "the host name lookup ended without an answer",
+        )),
+    }
 }
 
 /// One attempt to connect to `address`, waiting `wait` at most: std's, or inside
