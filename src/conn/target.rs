@@ -150,8 +150,8 @@ impl Target {
     /// sentinel first, or trying each seed of a Cluster and then each node learnt of, each of
     /// which must answer within the connect timeout), logging in, and one request (in a
     /// Cluster, its redirections and pauses included: all of it within the command timeout).
-    /// The caller's own bound on a worker that went quiet (a name lookup has no timeout of
-    /// ours).
+    /// The caller's own bound on a worker that went quiet (the connect of a Unix socket has no
+    /// timeout of ours).
     pub(crate) fn request_bound(&self) -> Duration {
         let connects = match &self.servers {
             Servers::Single(_) => 1,

@@ -25,7 +25,7 @@ use nix::sys::socket::{
 use super::resp::Reader;
 use super::tls::Tls;
 use super::url::Address;
-use crate::exit::{Failure, NotRun, fail, fail_not_run};
+use crate::exit::{Failure, NotRun, fail, fail_not_run, system};
 use crate::interrupt;
 
 /// The byte stream under a connection.
@@ -507,17 +507,23 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
 
 /// The addresses of `host`: an IP address as it is, a name as the C library's resolver answers
 /// (`/etc/hosts`, DNS) before `deadline`. The lookup blocks for the resolver's own timeouts
-/// (10 s and more with DNS silent) and cannot be polled, so it runs on a thread of its own,
-/// and its answer is waited for until `deadline` (`TimedOut`, as a silent connect says it);
+/// (seconds with DNS silent: 5 s for musl's, more with several name servers) and cannot be
+/// polled, so it runs on a thread of its own, and its answer is waited for until `deadline`;
 /// inside `interrupt::within` as a socket is, so that a signal that ends redlock ends the wait
 /// too. A lookup left behind ends by itself, its answer unread.
 fn look_up(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAddr>> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
+    // No lookup once the request is over.
+    interrupt::ended()?;
+    if Instant::now() >= deadline {
+        return Err(LookupFailed::Silent.into());
+    }
     let (send, receive) = mpsc::sync_channel(1);
     // The other end closing says the answer is there, for a poll.
-    let (answered, answer) = UnixStream::pair()?;
+    let (answered, answer) =
+        UnixStream::pair().map_err(|err| LookupFailed::System("a socket pair", err))?;
     let name = host.to_owned();
     std::thread::Builder::new()
         .name("lookup".to_owned())
@@ -528,20 +534,51 @@ fn look_up(host: &str, port: u16, deadline: Instant) -> io::Result<Vec<SocketAdd
             // (An error: the wait for it was given up.)
             let _ = send.send(found);
             drop(answered);
-        })?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    interrupt::ready(answer.as_fd(), PollFlags::POLLIN, Some(left)).map_err(|err| {
+        })
+        .map_err(|err| LookupFailed::System("a thread", err))?;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    interrupt::ready(answer.as_fd(), PollFlags::POLLIN, Some(left())).map_err(|err| {
         match err.kind() {
-            io::ErrorKind::WouldBlock => io::ErrorKind::TimedOut.into(),
+            io::ErrorKind::WouldBlock => LookupFailed::Silent.into(),
+            // A signal cut the wait short.
             _ => err,
         }
     })?;
-    match receive.recv_timeout(left) {
+    match receive.recv_timeout(left()) {
         Ok(found) => found,
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(io::ErrorKind::TimedOut.into()),
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(LookupFailed::Silent.into()),
         Err(mpsc::RecvTimeoutError::Disconnected) => Err(io::Error::other(
             "the host name lookup ended without an answer",
         )),
+    }
+}
+
+/// A lookup that failed on redlock's side, carried in an `io::Error` for [`unreachable`] to
+/// word: no answer before the deadline, or no thread (or socket pair) to run it on.
+#[derive(Debug)]
+enum LookupFailed {
+    Silent,
+    System(&'static str, io::Error),
+}
+
+impl std::fmt::Display for LookupFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Silent => f.write_str("the host name lookup got no answer"),
+            Self::System(what, err) => write!(f, "could not create {what}: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for LookupFailed {}
+
+impl From<LookupFailed> for io::Error {
+    fn from(failed: LookupFailed) -> Self {
+        let kind = match failed {
+            LookupFailed::Silent => io::ErrorKind::TimedOut,
+            LookupFailed::System(..) => io::ErrorKind::Other,
+        };
+        Self::new(kind, failed)
     }
 }
 
@@ -585,8 +622,27 @@ fn connect_one(address: &SocketAddr, wait: Duration) -> io::Result<TcpStream> {
 
 /// A failure to reach the server at all. Refused, or no route to the host: an answer that
 /// nothing was sent ([`NotRun::Unreached`]); silence is not one (a host that is down, or
-/// a lost packet: only the connect timeout ends it).
+/// a lost packet: only the connect timeout ends it), nor a name lookup without an answer.
+/// No thread for a lookup is the system's refusal, as for any thread.
 fn unreachable(err: &io::Error, timeout: Duration) -> anyhow::Error {
+    match err
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<LookupFailed>())
+    {
+        Some(LookupFailed::Silent) => {
+            return fail(
+                Failure::Unavailable,
+                format!(
+                    "the host name lookup got no answer within {}",
+                    crate::duration::display(timeout)
+                ),
+            );
+        }
+        Some(LookupFailed::System(what, err)) => {
+            return system(what, io::Error::new(err.kind(), err.to_string()));
+        }
+        None => {}
+    }
     match err.kind() {
         io::ErrorKind::ConnectionRefused => fail_not_run(NotRun::Unreached, "connection refused"),
         io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
@@ -597,5 +653,37 @@ fn unreachable(err: &io::Error, timeout: Duration) -> anyhow::Error {
             format!("no answer within {}", crate::duration::display(timeout)),
         ),
         _ => fail(Failure::Unavailable, err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::{failure_of, reason};
+
+    /// A lookup that got no answer says so (not as a silent server); one that had no thread
+    /// to run on is the system's refusal, as a worker thread's is.
+    #[test]
+    fn lookups_that_fail_on_redlocks_side_are_worded_by_what_failed() {
+        let timeout = Duration::from_millis(500);
+        let silent = unreachable(&LookupFailed::Silent.into(), timeout);
+        assert_eq!(failure_of(&silent), Some(Failure::Unavailable));
+        assert_eq!(
+            reason(&silent),
+            "the host name lookup got no answer within 500ms"
+        );
+
+        let refused = io::Error::from_raw_os_error(nix::libc::EAGAIN);
+        let shown = refused.to_string();
+        let no_thread = unreachable(&LookupFailed::System("a thread", refused).into(), timeout);
+        assert_eq!(failure_of(&no_thread), Some(Failure::System));
+        assert_eq!(
+            reason(&no_thread),
+            format!("could not create a thread: {shown}")
+        );
+
+        // A connect's silence and refusal keep their words.
+        let connect = unreachable(&io::ErrorKind::TimedOut.into(), timeout);
+        assert_eq!(reason(&connect), "no answer within 500ms");
     }
 }
