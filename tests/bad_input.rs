@@ -483,8 +483,10 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
         return;
     }
     let url = "redis://redlock-test.invalid:1";
+    let named = |args: &[&str]| Redlock::new(args).env("REDLOCK_URL", url).inside(&prefix);
+    let silent = format!("connecting to {url}: the host name lookup got no answer within 500ms");
 
-    let out = Redlock::new(&[
+    let out = named(&[
         "--connect-timeout",
         "500ms",
         "run",
@@ -493,12 +495,8 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
         "--",
         "true",
     ])
-    .env("REDLOCK_URL", url)
-    .inside(&prefix)
     .run();
-    out.code(69).one_line_error(&format!(
-        "connecting to {url}: the host name lookup got no answer within 500ms"
-    ));
+    out.code(69).one_line_error(&silent);
     assert!(
         dns.asked(),
         "the lookup never reached the resolver: {}",
@@ -508,7 +506,7 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
 
     // A waiting acquisition's requests run on a worker thread: bounded there too. (It took
     // the resolver's 5 s per attempt, 13 s in all, and said the lock was busy.)
-    let out = Redlock::new(&[
+    let out = named(&[
         "-q",
         "--connect-timeout",
         "500ms",
@@ -520,16 +518,12 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
         "--wait",
         "1s",
     ])
-    .env("REDLOCK_URL", url)
-    .inside(&prefix)
     .run();
-    out.code(69).one_line_error(&format!(
-        "connecting to {url}: the host name lookup got no answer within 500ms"
-    ));
+    out.code(69).one_line_error(&silent);
     assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
 
     dns.drain();
-    let running = Redlock::new(&[
+    let running = named(&[
         "--connect-timeout",
         "60s",
         "run",
@@ -538,8 +532,6 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
         "--",
         "true",
     ])
-    .env("REDLOCK_URL", url)
-    .inside(&prefix)
     .spawn();
     assert!(dns.asked(), "the lookup never reached the resolver");
     running.signal("TERM");
