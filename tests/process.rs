@@ -412,6 +412,94 @@ fn every_signal_that_would_end_redlock_is_forwarded_and_the_lock_released() {
     }
 }
 
+/// Ctrl-Z of the command, on a terminal: under a shell with job control, redlock stops with it
+/// as a job stopped by SIGTSTP does (the shell's `$?` is 128 + 20, as for any Ctrl-Z), and
+/// `fg` continues both; where no shell could continue redlock (its process group orphaned:
+/// here redlock leads the terminal's session), it does not stop, and continues the command.
+/// It stopped with SIGSTOP, which the kernel does not discard there: for good, the lock held
+/// until its lease lapsed (the Ctrl-Z test below hung so, now and then, when its shell left
+/// first).
+#[test]
+fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_continue_it() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("job-control");
+    let in_job = dir.path().join("job.sh");
+    std::fs::write(
+        &in_job,
+        "set -m\n\
+         \"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'\n\
+         echo \"stopped rc=$?\"\n\
+         fg >/dev/null\n\
+         echo \"ended rc=$?\"\n",
+    )
+    .unwrap();
+    let leading = dir.path().join("leading.sh");
+    std::fs::write(
+        &leading,
+        "exec \"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'\n",
+    )
+    .unwrap();
+    for (script, expected) in [
+        (&leading, &["after"][..]),
+        (&in_job, &["stopped rc=148", "after", "ended rc=0"][..]),
+    ] {
+        let terminal = Command::new("script")
+            .args(["-qfec", &format!("sh {}", script.display()), "/dev/null"])
+            .env("REDLOCK", REDLOCK)
+            .env("REDLOCK_URL", server.url())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script(1) runs");
+        let pid = terminal.id();
+        let ended = wait_until(Duration::from_secs(15), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        });
+        if !ended {
+            // Its descendants first (a stopped redlock outlives script(1)'s end).
+            for descendant in descendants(pid) {
+                crate::util::send_signal(descendant, "KILL");
+            }
+            crate::util::send_signal(pid, "KILL");
+        }
+        let out = terminal.wait_with_output().expect("script(1) ends");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            ended,
+            "{}: the terminal hung; it showed: {shown}",
+            script.display()
+        );
+        for line in expected {
+            assert!(
+                shown.contains(line),
+                "{}: no '{line}' in: {shown}",
+                script.display()
+            );
+        }
+        assert!(
+            lock_is_free(&server),
+            "{}: the lock stayed held",
+            script.display()
+        );
+    }
+}
+
+/// The processes below `pid`, from /proc (the kernel's list of each one's children).
+fn descendants(pid: u32) -> Vec<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect::<Vec<u32>>();
+    children
+        .iter()
+        .flat_map(|&child| descendants(child))
+        .chain(children.iter().copied())
+        .collect()
+}
+
 /// Ctrl-Z pressed again and again while `run` starts its command, under a shell with job
 /// control that resumes whatever stops (`fg`), as a person at a terminal would. The command's
 /// search through a long PATH makes the moments before exec long. If the command took the

@@ -157,11 +157,14 @@ impl Stopper {
     /// redlock handed it over (SIGTTIN, SIGTTOU), it gets the terminal and is continued. On
     /// Ctrl-Z, redlock takes the terminal back and stops too, as the shell expects; on `fg` it
     /// continues the command in the foreground again. While stopped nothing renews the lease;
-    /// the supervisor's deadlines catch a lapse on wake-up.
+    /// the supervisor's deadlines catch a lapse on wake-up. redlock stops with SIGTSTP, a job
+    /// control stop, which the kernel discards where no shell could continue it (redlock's
+    /// process group orphaned: its shell gone, or redlock a session's leader): SIGSTOP stopped
+    /// it there for good, the lock held until its lease lapsed.
     fn on_stopped_in_foreground(&self, signal: i32) {
         if signal != Signal::SIGTTIN as i32 && signal != Signal::SIGTTOU as i32 {
             child::reclaim_terminal();
-            let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+            let _ = nix::sys::signal::raise(Signal::SIGTSTP);
         }
         child::hand_terminal_to(self.child.pid);
         self.child.signal_group(Signal::SIGCONT as i32);
