@@ -413,12 +413,13 @@ fn every_signal_that_would_end_redlock_is_forwarded_and_the_lock_released() {
 }
 
 /// Ctrl-Z of the command, on a terminal: under a shell with job control, redlock stops with it
-/// as a job stopped by SIGTSTP does (the shell's `$?` is 128 + 20, as for any Ctrl-Z), and
-/// `fg` continues both; where no shell could continue redlock (its process group orphaned:
-/// here redlock leads the terminal's session), it does not stop, and continues the command.
-/// It stopped with SIGSTOP, which the kernel does not discard there: for good, the lock held
-/// until its lease lapsed (the Ctrl-Z test below hung so, now and then, when its shell left
-/// first).
+/// as a job stopped by SIGTSTP does (the shell's `$?` is 128 + 20, as for any Ctrl-Z), and so
+/// does the rest of redlock's job (here the script that called it: a shell sees a job stopped
+/// only when all of it is); `fg` continues them. Where no shell could continue redlock (its
+/// process group orphaned: here redlock leads the terminal's session), it does not stop, and
+/// continues the command. It stopped alone, with SIGSTOP: there for good, the lock held until
+/// its lease lapsed (the Ctrl-Z test below hung so, now and then, when its shell left first),
+/// and inside a job for good too, the shell waiting for the rest of the job.
 #[test]
 fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_continue_it() {
     let server = RedisServer::start();
@@ -433,6 +434,16 @@ fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_contin
          echo \"ended rc=$?\"\n",
     )
     .unwrap();
+    let in_script = dir.path().join("in-script.sh");
+    std::fs::write(
+        &in_script,
+        "set -m\n\
+         sh -c '\"$REDLOCK\" run --key k -- sh -c \"kill -TSTP \\$\\$; echo after\"; echo inner'\n\
+         echo \"stopped rc=$?\"\n\
+         fg >/dev/null\n\
+         echo \"ended rc=$?\"\n",
+    )
+    .unwrap();
     let leading = dir.path().join("leading.sh");
     std::fs::write(
         &leading,
@@ -442,11 +453,17 @@ fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_contin
     for (script, expected) in [
         (&leading, &["after"][..]),
         (&in_job, &["stopped rc=148", "after", "ended rc=0"][..]),
+        (
+            &in_script,
+            &["stopped rc=148", "after", "inner", "ended rc=0"][..],
+        ),
     ] {
         let terminal = Command::new("script")
             .args(["-qfec", &format!("sh {}", script.display()), "/dev/null"])
             .env("REDLOCK", REDLOCK)
             .env("REDLOCK_URL", server.url())
+            // (script(1) runs its command with $SHELL.)
+            .env("SHELL", "/bin/sh")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -459,10 +476,11 @@ fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_contin
         });
         if !ended {
             // Its descendants first (a stopped redlock outlives script(1)'s end).
-            for descendant in descendants(pid) {
-                crate::util::send_signal(descendant, "KILL");
+            // (One may be gone by now: errors are left unsaid.)
+            for stuck in descendants(pid).into_iter().chain([pid]) {
+                let stuck = nix::unistd::Pid::from_raw(i32::try_from(stuck).expect("a pid"));
+                let _ = nix::sys::signal::kill(stuck, nix::sys::signal::Signal::SIGKILL);
             }
-            crate::util::send_signal(pid, "KILL");
         }
         let out = terminal.wait_with_output().expect("script(1) ends");
         let shown = String::from_utf8_lossy(&out.stdout);

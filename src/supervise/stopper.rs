@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask};
+use nix::unistd::getpgrp;
 
 use super::child::{self, Change, Child};
 use crate::clock::BootInstant;
@@ -155,16 +156,27 @@ impl Stopper {
 
     /// The command, owning the terminal, stopped. Having read or written the terminal before
     /// redlock handed it over (SIGTTIN, SIGTTOU), it gets the terminal and is continued. On
-    /// Ctrl-Z, redlock takes the terminal back and stops too, as the shell expects; on `fg` it
-    /// continues the command in the foreground again. While stopped nothing renews the lease;
-    /// the supervisor's deadlines catch a lapse on wake-up. redlock stops with SIGTSTP, a job
-    /// control stop, which the kernel discards where no shell could continue it (redlock's
-    /// process group orphaned: its shell gone, or redlock a session's leader): SIGSTOP stopped
-    /// it there for good, the lock held until its lease lapsed.
+    /// Ctrl-Z, redlock takes the terminal back and stops its own process group, as the Ctrl-Z
+    /// would have had the command stayed in it (the script that called redlock, the rest of a
+    /// pipeline: a shell sees a job stopped only when all of it is); on `fg` it continues the
+    /// command in the foreground again. While stopped nothing renews the lease; the
+    /// supervisor's deadlines catch a lapse on wake-up. The stop is SIGTSTP, a job-control
+    /// stop, which the kernel discards for an orphaned process group, one no shell could
+    /// continue (its shell gone, or redlock leading the terminal's session): SIGSTOP stopped
+    /// redlock there for good, the lock held until its lease lapsed. (Unblocked for the
+    /// moment: a caller that blocked it would leave it pending; one that ignored it keeps
+    /// redlock from stopping, as it keeps any program.)
     fn on_stopped_in_foreground(&self, signal: i32) {
         if signal != Signal::SIGTTIN as i32 && signal != Signal::SIGTTOU as i32 {
             child::reclaim_terminal();
-            let _ = nix::sys::signal::raise(Signal::SIGTSTP);
+            let stop = SigSet::from(Signal::SIGTSTP);
+            let mut mask = SigSet::empty();
+            if pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stop), Some(&mut mask)).is_ok() {
+                // (Taken before the mask is restored: the kernel delivers an unblocked
+                // signal on the way back from the system call that sent it.)
+                let _ = killpg(getpgrp(), Signal::SIGTSTP);
+                let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&mask), None);
+            }
         }
         child::hand_terminal_to(self.child.pid);
         self.child.signal_group(Signal::SIGCONT as i32);
