@@ -209,9 +209,8 @@ impl Worker {
 /// waits cut short by a signal that ends redlock (`interrupt`); a thread's start and two
 /// hand-offs per request were a tenth of a `run` (docs/performance.md). Elsewhere on a worker
 /// thread: a Sentinel or Cluster target may send a request to any server it learns of, and
-/// an acquisition that waits keeps its deadline and its
-/// status line on the main thread between requests. A wait on the wake list always runs on a
-/// thread.
+/// an acquisition that waits keeps its deadline and its status line on the main thread
+/// between requests. A wait on the wake list always runs on a thread.
 pub(crate) enum Requests {
     /// On the calling thread, cut short by these signals.
     Inline(Watch),

@@ -424,32 +424,29 @@ fn every_signal_that_would_end_redlock_is_forwarded_and_the_lock_released() {
 fn a_command_stopped_on_the_terminal_stops_redlock_only_where_a_shell_can_continue_it() {
     let server = RedisServer::start();
     let dir = TempDir::new("job-control");
-    let in_job = dir.path().join("job.sh");
-    std::fs::write(
-        &in_job,
-        "set -m\n\
-         \"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'\n\
-         echo \"stopped rc=$?\"\n\
-         fg >/dev/null\n\
-         echo \"ended rc=$?\"\n",
-    )
-    .unwrap();
-    let in_script = dir.path().join("in-script.sh");
-    std::fs::write(
-        &in_script,
-        "set -m\n\
-         sh -c '\"$REDLOCK\" run --key k -- sh -c \"kill -TSTP \\$\\$; echo after\"; echo inner'\n\
-         echo \"stopped rc=$?\"\n\
-         fg >/dev/null\n\
-         echo \"ended rc=$?\"\n",
-    )
-    .unwrap();
-    let leading = dir.path().join("leading.sh");
-    std::fs::write(
-        &leading,
-        "exec \"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'\n",
-    )
-    .unwrap();
+    let script = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // A job of a shell with job control, stopped, then continued with `fg`.
+    let under_shell = |job: &str| {
+        format!("set -m\n{job}\necho \"stopped rc=$?\"\nfg >/dev/null\necho \"ended rc=$?\"\n")
+    };
+    let in_job = script(
+        "job.sh",
+        under_shell("\"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'"),
+    );
+    let in_script = script(
+        "in-script.sh",
+        under_shell(
+            "sh -c '\"$REDLOCK\" run --key k -- sh -c \"kill -TSTP \\$\\$; echo after\"; echo inner'",
+        ),
+    );
+    let leading = script(
+        "leading.sh",
+        "exec \"$REDLOCK\" run --key k -- sh -c 'kill -TSTP $$; echo after'\n".to_owned(),
+    );
     for (script, expected) in [
         (&leading, &["after"][..]),
         (&in_job, &["stopped rc=148", "after", "ended rc=0"][..]),

@@ -258,8 +258,8 @@ impl<'a> Machine<'a> for Acquirer<'a> {
 
     fn on_time(&mut self) -> anyhow::Result<Option<Ended>> {
         if self.reply_by.is_some_and(|by| BootInstant::now() >= by) {
-            // The worker went quiet beyond every timeout it has (a Unix socket's connect that hangs):
-            // abandon it with its request, and carry on with a fresh one.
+            // The worker went quiet beyond every timeout it has (a Unix socket's connect that
+            // hangs): abandon it with its request, and carry on with a fresh one.
             self.reply_by = None;
             self.unanswered |= self.unsure;
             self.worker = self.worker.fresh()?;
