@@ -7,6 +7,7 @@
 mod asking;
 mod classify;
 mod dial;
+mod lookup;
 mod resp;
 mod sentinel;
 mod session;

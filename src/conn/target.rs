@@ -22,7 +22,7 @@ impl Target {
 
     /// Whether every wait of a request to this target can be a `poll` (see `interrupt`): one
     /// server over TCP (a host name is looked up on a thread of its own, whose answer is
-    /// polled: `transport::look_up`). Not the connect of a Unix socket whose server has a full
+    /// polled: `lookup::look_up`). Not the connect of a Unix socket whose server has a full
     /// backlog; a Sentinel or Cluster target may send a request to any server it learns of.
     pub(crate) fn pollable(&self) -> bool {
         match &self.servers {
