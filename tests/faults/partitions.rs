@@ -6,11 +6,11 @@
 //! their own (network.rs) and are skipped, saying why, where the machine cannot make them; the
 //! clock rows run servers and clients under libfaketime and are skipped without it.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::harness::{self, Link, Probe, Tally, monotonic_ns};
 use super::network::{Host, Net, NetRedis, REDIS_PORT, SENTINEL_PORT};
+use crate::util::fake_clock::FakeClock;
 use crate::util::{Output, RedisServer, Redlock, TempDir, wait_until};
 
 /// How much past its `--wait` a waiter may take to exit: giving up its place is bounded by
@@ -954,102 +954,6 @@ fn a_quorum_client_cut_off_from_a_majority_stops_in_time_and_leaves_nothing() {
         figures.join("; ")
     );
     tally.finish();
-}
-
-/// A wall clock that a test moves: libfaketime preloaded, its offset read from a file at every
-/// call (FAKETIME_NO_CACHE), the monotonic clocks left alone, as an NTP step leaves them.
-struct FakeClock {
-    dir: TempDir,
-    preload: String,
-}
-
-impl FakeClock {
-    /// Or what this machine lacks.
-    fn new() -> Result<Self, String> {
-        let arch = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
-        let faketime = PathBuf::from(format!("{arch}/faketime/libfaketime.so.1"));
-        if !faketime.exists() {
-            return Err(format!(
-                "libfaketime ({} is missing; Debian's faketime package)",
-                faketime.display()
-            ));
-        }
-        // Debian's redis-server links jemalloc, which reads the clock inside its first malloc;
-        // libfaketime's own start-up then allocates under jemalloc's lock, and the server hangs
-        // before it serves. glibc's malloc, preloaded before it, serves the allocations instead.
-        let malloc = PathBuf::from(format!("{arch}/libc_malloc_debug.so.0"));
-        let preload = if malloc.exists() {
-            format!("{} {}", malloc.display(), faketime.display())
-        } else {
-            faketime.display().to_string()
-        };
-        let clock = Self {
-            dir: TempDir::new("fakeclock"),
-            preload,
-        };
-        clock.set(0);
-        Ok(clock)
-    }
-
-    fn offset_file(&self) -> PathBuf {
-        self.dir.path().join("offset")
-    }
-
-    /// Moves the clock to `seconds` from the real time.
-    fn set(&self, seconds: i64) {
-        // Written aside and renamed: a reader never sees a half-written offset.
-        let aside = self.dir.path().join("offset.new");
-        std::fs::write(&aside, format!("{seconds:+}\n")).unwrap();
-        std::fs::rename(&aside, self.offset_file()).unwrap();
-    }
-
-    fn environment(&self) -> [(&'static str, String); 4] {
-        [
-            ("LD_PRELOAD", self.preload.clone()),
-            (
-                "FAKETIME_TIMESTAMP_FILE",
-                self.offset_file().display().to_string(),
-            ),
-            ("FAKETIME_NO_CACHE", "1".to_owned()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
-        ]
-    }
-
-    /// A redis-server on this clock, or why not.
-    fn server(&self) -> Result<RedisServer, String> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let wrapper = self.dir.path().join("redis-server");
-        let exports: String = self
-            .environment()
-            .iter()
-            .map(|(name, value)| format!("{name}='{value}' "))
-            .collect();
-        std::fs::write(
-            &wrapper,
-            format!("#!/bin/sh\n{exports}exec redis-server \"$@\"\n"),
-        )
-        .unwrap();
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let server = RedisServer::start_binary(&wrapper, &[]);
-        // The server's clock must follow the file, or the row would measure nothing.
-        self.set(3600);
-        let (seconds, _): (u64, u64) = server.cmd(&["TIME"]);
-        self.set(0);
-        let ahead = seconds as i64 - (crate::util::wall_ms() / 1000) as i64;
-        if !(3590..=3610).contains(&ahead) {
-            return Err(format!(
-                "libfaketime to reach redis-server (its clock moved {ahead} s, not 3600)"
-            ));
-        }
-        Ok(server)
-    }
-
-    /// A redlock on this clock (and its command, which inherits the environment).
-    fn redlock(&self, redlock: Redlock) -> Redlock {
-        self.environment()
-            .iter()
-            .fold(redlock, |redlock, (name, value)| redlock.env(name, value))
-    }
 }
 
 /// T26 on the Redis host: its wall clock jumps forward by more than the TTL while `run` holds

@@ -6,16 +6,19 @@
 //! each wake list's messages) must be what the model predicts. Any difference fails with the
 //! seed, the trace up to it, and the shortest replay of it that still differs (`shrink`).
 //!
-//! Time is made unambiguous: the walk advances in ticks of [`TICK_MS`], each step runs within
-//! the first quarter of its tick on the server's clock, and every length of time the scripts
-//! and the walk use (leases, the head lease, `HEAR_MS`, grants) ends half a tick or a quarter
-//! past a tick's start, so no step races a lease's end. A step that the machine delays past
-//! its quarter makes the walk inconclusive (not failed): it is run again, a few times at most.
+//! Time is the walk's: the server runs on a clock that stands still ([`FakeClock`]) and is
+//! moved to the model's time before each call, a millisecond after the call before it, whole
+//! ticks of [`TICK_MS`] by a `Tick` step. So no lease can end between two calls however long
+//! the machine takes to make them, and a walk is the same from run to run, on a loaded machine
+//! too. The lengths of time the scripts and the walk use (leases, the head lease, `HEAR_MS`,
+//! grants) end half a tick or a quarter past a tick's start, away from the calls.
 //! Fences are compared by their order: redlock's rise with the clock, the model's count.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
+
+use crate::util::fake_clock::FakeClock;
 
 use redlock::conn::Session;
 use redlock::keys::{LockName, Prefix};
@@ -176,8 +179,6 @@ impl Rng {
 pub enum Walked {
     /// Every step as the model said.
     Agreed { steps: usize },
-    /// The machine delayed a step past its quarter tick: nothing can be said.
-    Inconclusive,
     /// A difference, with the trace up to it, and the steps that led to it (the last one
     /// the step that differed), which replay it.
     Differed { why: String, steps: Vec<Step> },
@@ -185,6 +186,8 @@ pub enum Walked {
 
 /// The walk's driver: the real lock and its model, side by side.
 pub struct Walk {
+    /// The server's clock, moved by the walk.
+    clock: FakeClock,
     server: RedisServer,
     con: redis::Connection,
     session: Session,
@@ -193,7 +196,6 @@ pub struct Walk {
     clients: Vec<Client>,
     /// The server's clock at the walk's time 0, ms.
     origin: u64,
-    origin_local: Instant,
     /// Model fences and the real ones they stand for.
     fences: HashMap<u32, u64>,
     /// The fence each token was last acquired or handed the lock with (for a lost release).
@@ -207,7 +209,14 @@ pub struct Walk {
 
 impl Walk {
     pub fn new(seed: u64, clients: usize) -> Self {
-        let server = RedisServer::start();
+        let clock =
+            FakeClock::new().unwrap_or_else(|needs| panic!("the conformance walks need {needs}"));
+        // The real time, to the second: the records' times read as times of today.
+        let origin = crate::util::wall_ms() / 1000 * 1000;
+        clock.freeze(origin);
+        let server = clock
+            .server()
+            .unwrap_or_else(|needs| panic!("the conformance walks need {needs}"));
         let con = server.client();
         let session = server.session();
         let lock = Lock::new(
@@ -225,14 +234,14 @@ impl Walk {
             })
             .collect();
         Self {
+            clock,
             server,
             con,
             session,
             lock,
             model: Server::new(Timing::REAL, 0, None),
             clients,
-            origin: 0,
-            origin_local: Instant::now(),
+            origin,
             fences: HashMap::new(),
             held: HashMap::new(),
             trace: Vec::new(),
@@ -240,11 +249,6 @@ impl Walk {
             rng,
             semaphore,
         }
-    }
-
-    fn server_ms(&mut self) -> u64 {
-        let time: Vec<String> = redis::cmd("TIME").query(&mut self.con).unwrap();
-        time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
     }
 
     /// A random step, as the lock's clients could make it.
@@ -328,8 +332,6 @@ impl Walk {
 
     /// Runs `opening` and then `steps` random steps; the walk's result.
     pub fn run(&mut self, opening: &[Step], steps: usize) -> Walked {
-        self.origin = self.server_ms();
-        self.origin_local = Instant::now();
         for done in 0..opening.len() + steps {
             let step = match opening.get(done) {
                 Some(step) => step.clone(),
@@ -348,7 +350,7 @@ impl Walk {
                     }
                 }
                 Ok(()) => {}
-                Err(Some(difference)) => {
+                Err(difference) => {
                     return Walked::Differed {
                         why: format!(
                             "{difference}\ntrace ({} steps):\n{}",
@@ -358,55 +360,36 @@ impl Walk {
                         steps: std::mem::take(&mut self.made),
                     };
                 }
-                Err(None) => return Walked::Inconclusive,
             }
-            let _ = done;
         }
         Walked::Agreed { steps }
     }
 
-    /// Makes one step on both sides and compares them: `Err(None)` when the step ran too late
-    /// in its tick to say anything.
-    fn step(&mut self, step: &Step) -> Result<(), Option<String>> {
+    /// Makes one step on both sides and compares them.
+    fn step(&mut self, step: &Step) -> Result<(), String> {
         self.made.push(step.clone());
         if let Step::Tick(ticks) = step {
             let tick = self.model.now - self.model.now % TICK_MS;
             self.model.now = tick + Time::from(*ticks) * TICK_MS;
-            let at = Duration::from_millis(u64::try_from(self.model.now).unwrap());
-            let wait = (self.origin_local + at).saturating_duration_since(Instant::now());
-            std::thread::sleep(wait);
+            self.clock.freeze(self.real_time(self.model.now));
             self.trace
                 .push(format!("tick x{ticks} (now {} ms)", self.model.now));
-            return self.in_time();
+            return Ok(());
         }
         // Each call a ms after the one before, as they run one after another: two leases
         // taken in one tick end in the order they were taken, on both sides.
         self.model.now += 1;
+        self.clock.freeze(self.real_time(self.model.now));
         let predicted = self.predict(step);
         let real = self.call(step);
-        self.in_time()?;
         let mut line = format!("{step:?} -> model {predicted:?}, real {real}");
         let same = self.compare(&predicted, &real);
         if let Err(why) = &same {
             write!(line, "  <-- {why}").unwrap();
         }
         self.trace.push(line);
-        same.map_err(Some)?;
-        self.compare_state().map_err(Some)?;
-        self.in_time()
-    }
-
-    /// Whether the server's clock is still in the first quarter of the walk's tick.
-    fn in_time(&mut self) -> Result<(), Option<String>> {
-        let now = self.server_ms();
-        let tick = self.model.now - self.model.now % TICK_MS;
-        let late = i64::try_from(now - self.origin).unwrap() - tick;
-        if !(0..TICK_MS / 4).contains(&late) {
-            self.trace
-                .push(format!("(a step ran {late} ms into its tick)"));
-            return Err(None);
-        }
-        Ok(())
+        same?;
+        self.compare_state()
     }
 
     fn predict(&mut self, step: &Step) -> Outcome {
@@ -593,20 +576,25 @@ impl Walk {
         }
     }
 
+    /// The walk's time as a real time (server ms).
+    fn real_time(&self, at: Time) -> u64 {
+        self.origin + u64::try_from(at).unwrap()
+    }
+
     /// A real time (server ms) as the walk's time.
     fn walk_time(&self, real: u64) -> Time {
         i64::try_from(real).unwrap() - i64::try_from(self.origin).unwrap()
     }
 
-    /// Whether a real time stands for the model's `at`: within a quarter tick of it.
+    /// Whether a real time is the model's `at`, to the millisecond: the server's clock is the
+    /// walk's.
     fn same_time(&self, real: u64, at: Time) -> bool {
-        (self.walk_time(real) - at).abs() < TICK_MS / 4
+        self.walk_time(real) == at
     }
 
-    /// Whether a real duration stands for the model's: within a quarter tick, either way
-    /// (both ends of it may have moved).
+    /// Whether a real length of time is the model's, to the millisecond.
     fn same_length(real: u64, length: Time) -> bool {
-        (i64::try_from(real).unwrap() - length).abs() < TICK_MS / 4
+        i64::try_from(real).is_ok_and(|real| real == length)
     }
 
     /// Maps a model fence to the real one it stands for, or records it: fences issued later
@@ -988,30 +976,24 @@ impl std::fmt::Display for RealOutcome {
     }
 }
 
-/// Runs one seeded walk of `steps` (after `opening`) on a fresh server with `clients` clients,
-/// again (at most three times) when the machine made it inconclusive. A difference is
-/// reported with the seed and the shortest trace that still shows one ([`shrink`]).
+/// Runs one seeded walk of `steps` (after `opening`) on a fresh server with `clients` clients.
+/// A difference is reported with the seed and the shortest trace that still shows one
+/// ([`shrink`]).
 pub fn walk(seed: u64, clients: usize, opening: &[Step], steps: usize) -> Result<usize, String> {
-    for _attempt in 0..3 {
-        match walk_once(seed, clients, opening, steps) {
-            Walked::Agreed { steps } => return Ok(steps),
-            Walked::Differed { why, steps } => {
-                let budget = std::env::var("REDLOCK_SHRINK_SECS")
-                    .ok()
-                    .and_then(|secs| secs.parse().ok())
-                    .map_or(Duration::from_secs(300), Duration::from_secs);
-                let (shortest, shown) = shrink(clients, steps, budget);
-                return Err(format!(
-                    "{why}\n\nthe shortest trace found that still differs ({} steps; replay it as an opening):\n{shortest:#?}\n{shown}",
-                    shortest.len()
-                ));
-            }
-            Walked::Inconclusive => {}
+    match walk_once(seed, clients, opening, steps) {
+        Walked::Agreed { steps } => Ok(steps),
+        Walked::Differed { why, steps } => {
+            let budget = std::env::var("REDLOCK_SHRINK_SECS")
+                .ok()
+                .and_then(|secs| secs.parse().ok())
+                .map_or(Duration::from_secs(300), Duration::from_secs);
+            let (shortest, shown) = shrink(clients, steps, budget);
+            Err(format!(
+                "{why}\n\nthe shortest trace found that still differs ({} steps; replay it as an opening):\n{shortest:#?}\n{shown}",
+                shortest.len()
+            ))
         }
     }
-    Err(format!(
-        "seed {seed}: the machine delayed steps past their quarter tick three times"
-    ))
 }
 
 /// One seeded walk, as it went.
@@ -1035,8 +1017,8 @@ pub fn walk_once(seed: u64, clients: usize, opening: &[Step], steps: usize) -> W
 
 /// The shortest replay of `steps` (a walk that differed, ending with the step that did) that
 /// still differs, found within `budget`: chunks of steps left out, halving their size down to
-/// single steps, each candidate replayed on a fresh server (a replay the machine made
-/// inconclusive counts as agreeing). Returns the steps and what the shortest replay reported.
+/// single steps, each candidate replayed on a fresh server. Returns the steps and what the
+/// shortest replay reported.
 pub fn shrink(clients: usize, mut steps: Vec<Step>, budget: Duration) -> (Vec<Step>, String) {
     let until = Instant::now() + budget;
     let mut shown = String::new();
@@ -1052,7 +1034,7 @@ pub fn shrink(clients: usize, mut steps: Vec<Step>, budget: Duration) -> (Vec<St
                     steps = made;
                     shown = why;
                 }
-                Walked::Agreed { .. } | Walked::Inconclusive => start += chunk,
+                Walked::Agreed { .. } => start += chunk,
             }
         }
         chunk /= 2;

@@ -104,19 +104,10 @@ impl Bug {
                 // A short walk after each opening but the last: a bug caught by an opening's
                 // situation costs the suite seconds, not minutes.
                 let steps = if n + 1 == openings.len() { 150 } else { 40 };
-                for attempt in 0..3u64 {
-                    match conformance::walk_once(
-                        seed + 100 * n as u64 + attempt,
-                        *clients,
-                        opening,
-                        steps,
-                    ) {
-                        Walked::Differed { why, .. } => {
-                            return Some(why.lines().next().unwrap_or_default().to_owned());
-                        }
-                        Walked::Agreed { .. } => break,
-                        Walked::Inconclusive => {}
-                    }
+                if let Walked::Differed { why, .. } =
+                    conformance::walk_once(seed + 100 * n as u64, *clients, opening, steps)
+                {
+                    return Some(why.lines().next().unwrap_or_default().to_owned());
                 }
             }
             None

@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod dist;
+pub mod fake_clock;
 pub mod pki;
 pub mod podman;
 pub mod releases;
