@@ -10,8 +10,11 @@
 //! moved to the model's time before each call, a millisecond after the call before it, whole
 //! ticks of [`TICK_MS`] by a `Tick` step. So no lease can end between two calls however long
 //! the machine takes to make them, and a walk is the same from run to run, on a loaded machine
-//! too. The lengths of time the scripts and the walk use (leases, the head lease, `HEAR_MS`,
-//! grants) end half a tick or a quarter past a tick's start, away from the calls.
+//! too. The calls of a tick stay in its first quarter, and the lengths of time the scripts and
+//! the walk use (leases, the head lease, `HEAR_MS`, grants) end half a tick or a quarter past
+//! a tick's start: no call lands on the millisecond a lease or key ends, where Redis still
+//! keeps the key and the model does not. (The whole-minute lengths, a queue entry's or a
+//! cancel mark's, are longer than any walk.)
 //! Fences are compared by their order: redlock's rise with the clock, the model's count.
 
 use std::collections::HashMap;
@@ -186,9 +189,9 @@ pub enum Walked {
 
 /// The walk's driver: the real lock and its model, side by side.
 pub struct Walk {
-    /// The server's clock, moved by the walk.
-    clock: FakeClock,
     server: RedisServer,
+    /// The server's clock, moved by the walk (dropped after the server: its file with it).
+    clock: FakeClock,
     con: redis::Connection,
     session: Session,
     lock: Lock,
@@ -234,8 +237,8 @@ impl Walk {
             })
             .collect();
         Self {
-            clock,
             server,
+            clock,
             con,
             session,
             lock,
@@ -375,6 +378,13 @@ impl Walk {
             self.trace
                 .push(format!("tick x{ticks} (now {} ms)", self.model.now));
             return Ok(());
+        }
+        // Calls stay in the first quarter of their tick, off the ends of leases and keys (half
+        // or a quarter tick past a tick's start): Redis keeps a key through its last
+        // millisecond, the model not. A tick with more calls than that (a replay being shrunk
+        // can leave its ticks out) goes on in the next one.
+        if self.model.now % TICK_MS + 1 >= TICK_MS / 4 {
+            self.step(&Step::Tick(1))?;
         }
         // Each call a ms after the one before, as they run one after another: two leases
         // taken in one tick end in the order they were taken, on both sides.
