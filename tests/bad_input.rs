@@ -522,6 +522,43 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
     out.code(69).one_line_error(&silent);
     assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
 
+    // Each connect of a waiting acquisition started a lookup of its own, each holding a thread
+    // for the resolver's 5 s: a connect now waits for the one under way.
+    let waiting = named(&[
+        "-q",
+        "--connect-timeout",
+        "100ms",
+        "acquire",
+        "--key",
+        "k",
+        "--ttl",
+        "10s",
+        "--wait",
+        "3s",
+    ])
+    .spawn();
+    let pid = waiting.pid();
+    let (mut most, mut samples) = (0, 0);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while crate::util::alive(pid) && std::time::Instant::now() < until {
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            break;
+        };
+        let lookups = threads
+            .filter_map(Result::ok)
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm == "lookup\n")
+            })
+            .count();
+        (most, samples) = (most.max(lookups), samples + 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = waiting.wait(Duration::from_secs(10));
+    out.code(69)
+        .one_line_error(&silent.replace("500ms", "100ms"));
+    assert_eq!(most, 1, "lookup threads at once ({samples} samples)");
+
     dns.drain();
     let running = named(&[
         "--connect-timeout",
