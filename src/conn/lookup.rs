@@ -97,33 +97,65 @@ fn under_way(host: &str, port: u16) -> io::Result<(Arc<Answer>, UnixStream)> {
         .try_clone()
         .map_err(|err| LookupFailed::System("a socket", err))?;
     let answer = Arc::new(Answer::default());
-    let told = Arc::clone(&answer);
-    let name = host.to_owned();
-    std::thread::Builder::new()
-        .name("lookup".to_owned())
-        .spawn(move || {
-            let addresses = (name.as_str(), port)
-                .to_socket_addrs()
-                .map(Iterator::collect::<Vec<_>>)
-                .map_err(|err| (err.kind(), err.to_string()));
-            *told.found.lock().unwrap_or_else(PoisonError::into_inner) = Some(addresses);
-            told.told.notify_all();
-            // Answered: the next connect looks the name up afresh (DNS answers change in a
-            // failover), and a poll of the other end is told.
-            UNDER_WAY
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|lookup| !Arc::ptr_eq(&lookup.answer, &told));
-            drop(done);
-        })
-        .map_err(|err| LookupFailed::System("a thread", err))?;
     lookups.push(UnderWay {
         host: host.to_owned(),
         port,
         answer: Arc::clone(&answer),
         answered,
     });
+    // Unlocked before the thread starts: its answer takes the lookup out, even the answer
+    // given when the thread could not start.
+    drop(lookups);
+    let answering = Answering {
+        answer: Arc::clone(&answer),
+        found: None,
+        done: Some(done),
+    };
+    let name = host.to_owned();
+    std::thread::Builder::new()
+        .name("lookup".to_owned())
+        .spawn(move || {
+            // The whole of it, not only the field set below: its drop gives the answer.
+            let mut answering = answering;
+            let addresses = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect::<Vec<_>>)
+                .map_err(|err| (err.kind(), err.to_string()));
+            answering.found = Some(addresses);
+        })
+        .map_err(|err| LookupFailed::System("a thread", err))?;
     Ok((answer, callers))
+}
+
+/// The lookup thread's answer, given when the thread ends however it ends: set, told to the
+/// waiters, the lookup no longer under way (the next connect looks the name up afresh: DNS
+/// answers change in a failover), and a poll of the socket pair's other end told last.
+struct Answering {
+    answer: Arc<Answer>,
+    found: Option<Found>,
+    done: Option<UnixStream>,
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        let found = self.found.take().unwrap_or_else(|| {
+            Err((
+                io::ErrorKind::Other,
+                "the host name lookup ended without an answer".to_owned(),
+            ))
+        });
+        *self
+            .answer
+            .found
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(found);
+        self.answer.told.notify_all();
+        UNDER_WAY
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|lookup| !Arc::ptr_eq(&lookup.answer, &self.answer));
+        drop(self.done.take());
+    }
 }
 
 /// A lookup that failed on redlock's side, carried in an `io::Error` for the connect's error
