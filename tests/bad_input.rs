@@ -504,31 +504,11 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
     );
     assert!(out.elapsed < Duration::from_secs(4), "{:?}", out.elapsed);
 
-    // A waiting acquisition's requests run on a worker thread: bounded there too. (It took
-    // the resolver's 5 s per attempt, 13 s in all, and said the lock was busy.)
-    let out = named(&[
-        "-q",
-        "--connect-timeout",
-        "500ms",
-        "acquire",
-        "--key",
-        "k",
-        "--ttl",
-        "10s",
-        "--wait",
-        "1s",
-    ])
-    .run();
-    out.code(69).one_line_error(&silent);
-    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
-
-    // Each connect of a waiting acquisition started a lookup of its own, each holding a thread
-    // for the resolver's 5 s: a connect now waits for the one under way.
-    let waiting = |wait: &str| {
+    let waiting = |connect_timeout: &str, wait: &str| {
         named(&[
             "-q",
             "--connect-timeout",
-            "100ms",
+            connect_timeout,
             "acquire",
             "--key",
             "k",
@@ -537,9 +517,16 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
             "--wait",
             wait,
         ])
-        .spawn()
     };
-    let (out, lookups) = lookup_threads(waiting("3s"));
+    // A waiting acquisition's requests run on a worker thread: bounded there too. (It took
+    // the resolver's 5 s per attempt, 13 s in all, and said the lock was busy.)
+    let out = waiting("500ms", "1s").run();
+    out.code(69).one_line_error(&silent);
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+
+    // Each connect of a waiting acquisition started a lookup of its own, each holding a thread
+    // for the resolver's 5 s: a connect now waits for the one under way.
+    let (out, lookups) = lookup_threads(waiting("100ms", "3s").spawn());
     out.code(69)
         .one_line_error(&silent.replace("500ms", "100ms"));
     assert_eq!(lookups.most, 1, "lookup threads at once: {lookups:?}");
@@ -550,7 +537,7 @@ fn a_name_lookup_is_bounded_by_the_connect_timeout_and_cut_short_by_a_signal() {
         format!("nameserver {}\noptions timeout:1 attempts:1\n", dns.address),
     )
     .unwrap();
-    let (out, lookups) = lookup_threads(waiting("4s"));
+    let (out, lookups) = lookup_threads(waiting("100ms", "4s").spawn());
     out.code(69);
     assert_eq!(lookups.most, 1, "lookup threads at once: {lookups:?}");
     assert!(lookups.threads.len() >= 2, "one lookup in 4 s: {lookups:?}");
